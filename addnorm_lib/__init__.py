@@ -1,0 +1,10 @@
+"""Support library of the addnorm course.
+
+- :mod:`addnorm_lib.norms`: numpy reference implementations of the norms and their backward passes.
+- :mod:`addnorm_lib.nn`: torch modules with ``torch.nn``'s signatures, built on hand-written math.
+- :mod:`addnorm_lib.checks`: the self-checks that exercises and graded tests call.
+- :mod:`addnorm_lib.release`: generates ``exercises/`` from ``solutions/``.
+- :mod:`addnorm_lib.autograde`: runs a notebook under nbval and scores its graded cells.
+"""
+
+__version__ = "0.1.0"

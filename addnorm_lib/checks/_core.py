@@ -1,0 +1,202 @@
+"""What every checker shares: calling a learner's code safely, comparing, and naming mistakes.
+
+A checker runs a learner's function on a sequence of :class:`Case` inputs and raises
+:class:`CheckFailed` at the first problem, with a message written for the learner: which input,
+what is wrong, and (when the result matches an entry of :mod:`addnorm_lib.mistakes`) what they
+probably did and how to fix it.
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from addnorm_lib.mistakes import Mistake
+
+
+class CheckFailed(AssertionError):
+    """A check found a problem; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input to check a function on.
+
+    Attributes:
+        description: how the message names this input, e.g. "a 3-D (B, T, C) float64 input".
+        args: positional arguments of the function under check.
+        kwargs: keyword arguments of the function under check.
+        hint: said when this case fails and no known mistake matches (what this case probes).
+        atol, rtol: tolerance of the comparison with the reference.
+    """
+
+    description: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    hint: str = ""
+    atol: float = 1e-8
+    rtol: float = 1e-6
+
+
+def fail(message: str, *, cause: BaseException | None = None):
+    """Raise CheckFailed with ``message``; hide the checker's own frames from IPython tracebacks."""
+    __tracebackhide__ = True
+    raise CheckFailed(message) from cause
+
+
+def shape_of(value) -> str:
+    return str(tuple(value.shape)) if hasattr(value, "shape") else type(value).__name__
+
+
+def describe_args(args: Sequence) -> str:
+    return ", ".join(f"{shape_of(a)} {a.dtype}" if hasattr(a, "dtype") else repr(a) for a in args)
+
+
+def call_learner(fn: Callable, name: str, case: Case, arg_names: Sequence[str]):
+    """Call ``fn(*case.args, **case.kwargs)`` on copies; check it raised and changed nothing.
+
+    Returns whatever fn returns. Raises CheckFailed if fn raises, or if it modified an array
+    argument in place (the learner's caller would lose their data).
+    """
+    __tracebackhide__ = True
+    originals = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in case.args]
+    args = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in case.args]
+    try:
+        result = fn(*args, **case.kwargs)
+    except NotImplementedError as err:
+        fail(
+            f"{name} is not implemented yet: replace the `raise NotImplementedError()` stub with "
+            "your code.",
+            cause=err,
+        )
+    except Exception as err:
+        fail(
+            f"{name} raised {type(err).__name__} on {case.description} "
+            f"(arguments: {describe_args(case.args)}): {err}" + _explain(None, case),
+            cause=err,
+        )
+    for arg_name, original, passed in zip(arg_names, originals, args, strict=False):
+        if isinstance(original, np.ndarray) and not np.array_equal(
+            original, passed, equal_nan=True
+        ):
+            fail(
+                f"{name} modified its argument `{arg_name}` in place (on {case.description}). "
+                "The caller's array must stay as it was: write `x = x - mean`, not `x -= mean`, "
+                "or work on a copy."
+            )
+    return result
+
+
+def _explain(mistake: Mistake | None, case: Case) -> str:
+    """The lines after a failure's first: the named mistake and its fix, else the case's hint."""
+    if mistake is not None:
+        return f"\n{mistake.diagnosis}\nHint: {mistake.hint}"
+    return f"\nHint: {case.hint}" if case.hint else ""
+
+
+def as_numpy(value):
+    """A torch tensor as a numpy array (detached); anything else unchanged."""
+    if hasattr(value, "detach") and hasattr(value, "numpy"):
+        return value.detach().cpu().numpy()
+    return value
+
+
+def _matches(candidate, actual, atol, rtol) -> bool:
+    candidate = as_numpy(candidate)
+    return (
+        isinstance(candidate, np.ndarray)
+        and candidate.shape == actual.shape
+        and np.allclose(actual, candidate, atol=atol, rtol=rtol, equal_nan=True)
+    )
+
+
+def diagnose(
+    actual,
+    expected,
+    mistakes: Sequence[Mistake],
+    mistake_args: tuple,
+    pick=None,
+    atol=1e-8,
+    rtol=1e-6,
+):
+    """The first mistake whose result matches ``actual`` but not ``expected``, or None.
+
+    ``pick`` selects the compared output from a mistake's return value (e.g. one gradient of a
+    tuple). Mistakes that raise on these arguments are skipped.
+    """
+    for mistake in mistakes:
+        try:
+            with np.errstate(all="ignore"):
+                candidate = mistake.compute(*mistake_args)
+        except Exception:
+            continue
+        if pick is not None:
+            candidate = pick(candidate)
+        if candidate is None:
+            continue
+        if _matches(candidate, actual, atol, rtol) and not _matches(
+            candidate, expected, atol, rtol
+        ):
+            return mistake
+    return None
+
+
+def compare(
+    actual,
+    expected,
+    *,
+    name: str,
+    what: str,
+    case: Case,
+    mistakes: Sequence[Mistake] = (),
+    mistake_args: tuple = (),
+    pick=None,
+):
+    """Check one returned array against the reference: type, shape, dtype, then values.
+
+    Args:
+        actual: what the learner's code returned (numpy array or torch tensor).
+        expected: the reference result, a numpy array whose dtype is the one required.
+        name: the learner's function, e.g. "layer_norm".
+        what: which output, e.g. "the output" or "dgamma".
+        case: the input that produced them.
+        mistakes, mistake_args, pick: known mistakes to name when the values differ (see diagnose).
+    """
+    __tracebackhide__ = True
+    actual = as_numpy(actual)
+    where = f"{name}, on {case.description}"
+    if not isinstance(actual, np.ndarray):
+        fail(f"{where}: {what} should be a numpy array, but it is a {type(actual).__name__}.")
+    if actual.shape != expected.shape:
+        mistake = diagnose(actual, expected, mistakes, mistake_args, pick, case.atol, case.rtol)
+        fail(
+            f"{where}: {what} has shape {actual.shape} but should have shape {expected.shape}."
+            + _explain(mistake, case)
+        )
+    if actual.dtype != expected.dtype:
+        fail(
+            f"{where}: {what} has dtype {actual.dtype} but the input was {expected.dtype}. "
+            "Keep the input's dtype: avoid mixing in float64 arrays or constants, or cast with "
+            ".astype(x.dtype)."
+        )
+    if np.allclose(actual, expected, atol=case.atol, rtol=case.rtol):
+        return
+    mistake = diagnose(actual, expected, mistakes, mistake_args, pick, case.atol, case.rtol)
+    if mistake is not None:
+        fail(f"{where}: {what} is wrong." + _explain(mistake, case))
+    with np.errstate(all="ignore"):
+        error = np.abs(actual.astype(np.float64) - expected.astype(np.float64))
+    error = np.where(np.isnan(error), np.inf, error)
+    worst = np.unravel_index(np.argmax(error), error.shape)
+    fail(
+        f"{where}: {what} differs from the reference by up to {error[worst]:.3g} at index "
+        f"{tuple(int(i) for i in worst)} (yours {actual[worst]!r}, expected {expected[worst]!r}; "
+        f"tolerance atol={case.atol:g}, rtol={case.rtol:g})." + _explain(None, case)
+    )
+
+
+def passed(name: str, cases: Sequence[Case]) -> None:
+    """Tell the learner which inputs their code got right."""
+    print(f"✓ {name} passed {len(cases)} checks:")
+    for case in cases:
+        print(f"    - {case.description}")
