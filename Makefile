@@ -32,7 +32,7 @@ book: $(STAMP)
 	@echo "The book is in _build/html/index.html"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

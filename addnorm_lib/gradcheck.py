@@ -4,30 +4,32 @@ import numpy as np
 
 
 def numerical_gradient(f, x, dy, h=1e-6):
-    """Gradient of ``sum(f(x) * dy)`` with respect to ``x`` by centered differences.
+    """Gradient of ``L(x) = sum(f(x) * dy)`` with respect to ``x`` by centered differences.
+
+    ``dL/dx_i ~ (L(x + h e_i) - L(x - h e_i)) / (2 h)``, one coordinate at a time, on a private
+    copy of ``x`` (the caller's array is not modified).
 
     Args:
         f: function of one array, returning an array of any shape.
-        x: float64 array, the point at which to differentiate; restored before returning.
+        x: float64 array, the point at which to differentiate.
         dy: array of f(x)'s shape, the upstream gradient.
         h: step size.
 
     Returns:
-        Array of x's shape and dtype: d sum(f(x) * dy) / dx, with error O(h^2).
+        float64 array of x's shape: dL/dx, with error O(h^2).
     """
-    x = np.asarray(x)
+    x = np.array(x, copy=True)  # the copy we perturb
     if x.dtype != np.float64:
         raise TypeError(f"numerical_gradient needs float64 input for accuracy, got {x.dtype}")
     grad = np.zeros_like(x)
-    flat_x, flat_grad = x.reshape(-1), grad.reshape(-1)  # views: writes go into x and grad
-    for i in range(flat_x.size):
-        original = flat_x[i]
-        flat_x[i] = original + h
-        f_plus = np.sum(f(x) * dy)
-        flat_x[i] = original - h
-        f_minus = np.sum(f(x) * dy)
-        flat_x[i] = original
-        flat_grad[i] = (f_plus - f_minus) / (2 * h)
+    for i in np.ndindex(x.shape):
+        original = x[i]
+        x[i] = original + h
+        plus = np.sum(f(x) * dy)
+        x[i] = original - h
+        minus = np.sum(f(x) * dy)
+        x[i] = original
+        grad[i] = (plus - minus) / (2 * h)
     return grad
 
 

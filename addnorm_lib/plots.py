@@ -1,0 +1,402 @@
+"""Reusable figure helpers of the addnorm course.
+
+- :func:`use_style` sets one matplotlib style for every chapter; :data:`NORM_COLORS` gives each
+  norm the same colour in every figure.
+- :func:`shared_statistics_mask` says which elements of a tensor share one mean and variance
+  (for BatchNorm, LayerNorm, RMSNorm, InstanceNorm and GroupNorm on ``(N, C)``, ``(B, T, C)`` and
+  ``(N, C, H, W)`` tensors); :func:`draw_reduction` and :func:`plot_reductions` draw it.
+- :func:`plot_per_layer` and :func:`loglog_errors` are the two experiment plots the chapters share:
+  a statistic against depth, and an error against a control variable on log-log axes.
+
+Only numpy and matplotlib are imported: nothing here computes a norm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+
+__all__ = [
+    "LAYOUTS",
+    "NORM_COLORS",
+    "NORM_NAMES",
+    "describe_reduction",
+    "draw_reduction",
+    "loglog_errors",
+    "plot_per_layer",
+    "plot_reductions",
+    "shared_statistics_mask",
+    "use_style",
+]
+
+# ----------------------------------------------------------------------------------------------
+# Style
+
+#: One colour per norm (ColorBrewer "Dark2"), plus grey for "no normalization".
+NORM_COLORS: dict[str, str] = {
+    "batch": "#1b9e77",
+    "layer": "#d95f02",
+    "rms": "#7570b3",
+    "instance": "#e7298a",
+    "group": "#66a61e",
+    "none": "#666666",
+}
+
+#: Display names of the norms.
+NORM_NAMES: dict[str, str] = {
+    "batch": "BatchNorm",
+    "layer": "LayerNorm",
+    "rms": "RMSNorm",
+    "instance": "InstanceNorm",
+    "group": "GroupNorm",
+}
+
+_STYLE = {
+    "figure.dpi": 100,
+    "savefig.dpi": 100,
+    "figure.figsize": (7.0, 3.6),
+    "figure.constrained_layout.use": True,
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.frameon": False,
+    "legend.fontsize": 9,
+    "lines.linewidth": 1.8,
+    "axes.prop_cycle": mpl.cycler(
+        color=[NORM_COLORS[k] for k in ("layer", "batch", "rms", "instance", "group", "none")]
+    ),
+}
+
+
+def use_style() -> None:
+    """Apply the course's matplotlib style (call once at the top of a chapter)."""
+    mpl.rcParams.update(_STYLE)
+
+
+# ----------------------------------------------------------------------------------------------
+# Which elements share statistics
+
+#: Axis names of the tensor layouts the course draws.
+LAYOUTS: dict[str, tuple[str, ...]] = {
+    "NC": ("N", "C"),
+    "BTC": ("B", "T", "C"),
+    "NCHW": ("N", "C", "H", "W"),
+}
+
+#: For each norm and layout, the axes that *index* the statistics: one mean/variance per value of
+#: these axes; every other axis is reduced over. "G" stands for "the channel's group".
+_KEPT_AXES: dict[str, dict[str, tuple[str, ...]]] = {
+    "batch": {"NC": ("C",), "BTC": ("C",), "NCHW": ("C",)},
+    "layer": {"NC": ("N",), "BTC": ("B", "T"), "NCHW": ("N",)},
+    "rms": {"NC": ("N",), "BTC": ("B", "T"), "NCHW": ("N",)},
+    "instance": {"BTC": ("B", "C"), "NCHW": ("N", "C")},
+    "group": {"NC": ("N", "G"), "BTC": ("B", "G"), "NCHW": ("N", "G")},
+}
+
+_DEFAULT_SHAPES: dict[str, tuple[int, ...]] = {
+    "NC": (6, 8),
+    "BTC": (4, 5, 8),
+    "NCHW": (4, 8, 2, 3),
+}
+
+_AXIS_LABELS: dict[str, str] = {
+    "N": "N (examples)",
+    "B": "B (sequences)",
+    "T": "T (tokens)",
+    "C": "C (features)",
+    "HW": "H, W (positions)",
+}
+
+
+def _kept_axes(norm: str, layout: str) -> tuple[str, ...]:
+    if norm not in _KEPT_AXES:
+        raise ValueError(f"unknown norm {norm!r}; expected one of {sorted(_KEPT_AXES)}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; expected one of {sorted(LAYOUTS)}")
+    if layout not in _KEPT_AXES[norm]:
+        raise ValueError(
+            f"{NORM_NAMES[norm]} is not defined on a {layout} tensor: with no spatial or time "
+            "axis each statistic would cover a single element"
+        )
+    return _KEPT_AXES[norm][layout]
+
+
+def describe_reduction(norm: str, layout: str) -> str:
+    """What ``norm`` averages over on ``layout``, e.g. ``"... over C; one per (B, T)"``."""
+    kept = _kept_axes(norm, layout)
+    axes = LAYOUTS[layout]
+    reduced = [a for a in axes if a not in kept]
+    if "G" in kept:
+        reduced = ["C in a group" if a == "C" else a for a in axes if a == "C" or a not in kept]
+        kept = tuple("group" if a == "G" else a for a in kept)
+    per = kept[0] if len(kept) == 1 else f"({', '.join(kept)})"
+    stats = "mean square" if norm == "rms" else "mean, variance"
+    return f"{stats} over {', '.join(reduced)}; one per {per}"
+
+
+def shared_statistics_mask(
+    norm: str,
+    layout: str,
+    shape: Sequence[int] | None = None,
+    anchor: Sequence[int] | None = None,
+    num_groups: int = 2,
+) -> np.ndarray:
+    """Which elements share their mean and variance with the element at ``anchor``.
+
+    Args:
+        norm: ``"batch"``, ``"layer"``, ``"rms"``, ``"instance"`` or ``"group"``.
+        layout: ``"NC"``, ``"BTC"`` or ``"NCHW"`` (axis order of the tensor).
+        shape: tensor shape in that layout; a small default shape if None.
+        anchor: index of one element; the origin (all zeros) if None.
+        num_groups: number of channel groups (GroupNorm only); must divide C.
+
+    Returns:
+        Boolean array of ``shape``: True where an element is normalized with the same statistics
+        as ``x[anchor]``. (RMSNorm shares LayerNorm's set but uses no mean, only the mean square.)
+    """
+    kept = _kept_axes(norm, layout)
+    axes = LAYOUTS[layout]
+    shape = tuple(shape) if shape is not None else _DEFAULT_SHAPES[layout]
+    if len(shape) != len(axes):
+        raise ValueError(f"shape {shape} has {len(shape)} axes but layout {layout} has {len(axes)}")
+    anchor = tuple(anchor) if anchor is not None else (0,) * len(shape)
+    index = np.indices(shape)  # (ndim, *shape): index[a] holds each element's index on axis a
+    mask = np.ones(shape, dtype=bool)
+    for name in kept:
+        if name == "G":
+            c = axes.index("C")
+            if shape[c] % num_groups:
+                raise ValueError(f"num_groups={num_groups} does not divide C={shape[c]}")
+            group_size = shape[c] // num_groups
+            mask &= index[c] // group_size == anchor[c] // group_size
+        else:
+            a = axes.index(name)
+            mask &= index[a] == anchor[a]
+    return mask
+
+
+# ----------------------------------------------------------------------------------------------
+# Drawing a tensor as a grid (2-D) or an oblique box of cells (3-D)
+
+_DEPTH = np.array([0.45, 0.35])  # screen offset of one step along the depth axis
+_EMPTY = "#eeeeee"
+
+
+def _as_box(mask: np.ndarray, layout: str) -> tuple[np.ndarray, tuple[str, str, str | None]]:
+    """Reorder ``mask`` to (depth, vertical, horizontal) and name those three screen axes."""
+    if layout == "NC":
+        return mask[None], ("C", "N", None)  # (1, N, C)
+    if layout == "BTC":
+        return mask, ("C", "T", "B")  # (B, T, C)
+    n, c, h, w = mask.shape
+    box = mask.reshape(n, c, h * w).transpose(0, 2, 1)  # (N, HW, C)
+    return box, ("C", "HW", "N")
+
+
+def _shade(color: str, factor: float) -> tuple[float, float, float]:
+    """Darken (factor < 1) or lighten (factor > 1) a colour, for the three faces of a box."""
+    rgb = np.array(to_rgb(color))
+    out = rgb * factor if factor <= 1 else rgb + (1 - rgb) * (factor - 1)
+    return tuple(np.clip(out, 0, 1))
+
+
+def _face_polygons(box: np.ndarray):
+    """Polygons and on/off flags of the visible cells: front face, top face, right face."""
+    depth, height, width = box.shape
+    d = _DEPTH
+    faces = {"front": [], "top": [], "right": []}
+    for v in range(height):  # front face: depth index 0, row v counted from the top
+        for h in range(width):
+            corners = np.array([[h, -v - 1], [h + 1, -v - 1], [h + 1, -v], [h, -v]], float)
+            faces["front"].append((corners, box[0, v, h]))
+    if depth > 1:
+        for k in range(depth):  # top face: row 0, going back in depth
+            for h in range(width):
+                base = np.array([[h, 0], [h + 1, 0]], float)
+                corners = np.vstack([base + k * d, base[::-1] + (k + 1) * d])
+                faces["top"].append((corners, box[k, 0, h]))
+        for k in range(depth):  # right face: last column, going back in depth
+            for v in range(height):
+                base = np.array([[width, -v], [width, -v - 1]], float)
+                corners = np.vstack([base + k * d, base[::-1] + (k + 1) * d])
+                faces["right"].append((corners, box[k, v, width - 1]))
+    return faces
+
+
+def draw_reduction(
+    ax: Axes,
+    norm: str,
+    layout: str,
+    shape: Sequence[int] | None = None,
+    anchor: Sequence[int] | None = None,
+    num_groups: int = 2,
+    color: str | None = None,
+    title: str | None = None,
+) -> np.ndarray:
+    """Draw a tensor with the elements that share ``x[anchor]``'s statistics coloured in.
+
+    A 2-D ``(N, C)`` tensor is drawn as a grid (rows are examples). ``(B, T, C)`` and
+    ``(N, C, H, W)`` are drawn as boxes with C across, T (or H and W flattened) down and the batch
+    axis going back, as in the GroupNorm paper's figure.
+
+    Returns:
+        The boolean mask that was drawn (see :func:`shared_statistics_mask`).
+    """
+    mask = shared_statistics_mask(norm, layout, shape, anchor, num_groups)
+    color = color or NORM_COLORS[norm]
+    box, (across, down, back) = _as_box(mask, layout)
+    shading = {"front": 1.0, "top": 0.88, "right": 0.72}
+    for face, cells in _face_polygons(box).items():
+        polys = [corners for corners, _ in cells]
+        fill = [_shade(color if on else _EMPTY, shading[face]) for _, on in cells]
+        ax.add_collection(PolyCollection(polys, facecolors=fill, edgecolors="white", linewidths=1))
+    depth, height, width = box.shape
+    ax.text(width / 2, -height - 0.3, _AXIS_LABELS[across], ha="center", va="top")
+    ax.text(-0.3, -height / 2, _AXIS_LABELS[down], ha="right", va="center", rotation=90)
+    if back is not None:
+        mid = depth * _DEPTH / 2
+        angle = np.degrees(np.arctan2(*_DEPTH[::-1]))
+        ax.text(
+            mid[0] - 0.25,
+            mid[1] + 0.25,
+            _AXIS_LABELS[back],
+            ha="right",
+            va="bottom",
+            rotation=angle,
+            rotation_mode="anchor",
+        )
+    ax.set_title(title or f"{NORM_NAMES[norm]} on ({', '.join(LAYOUTS[layout])})")
+    ax.text(
+        width / 2,
+        -height - 1.3,
+        describe_reduction(norm, layout),
+        ha="center",
+        va="top",
+        fontsize=9,
+        style="italic",
+    )
+    top_right = np.array([width, 0.0]) + depth * _DEPTH * (depth > 1)
+    ax.set_xlim(-1.6, top_right[0] + 0.3)
+    ax.set_ylim(-height - 2.4, top_right[1] + 0.3)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    return mask
+
+
+def plot_reductions(
+    norms: Sequence[str] = ("batch", "layer"),
+    layouts: Sequence[str] = ("NC", "BTC", "NCHW"),
+    num_groups: int = 2,
+    cell_size: float = 2.6,
+) -> Figure:
+    """A grid of :func:`draw_reduction` panels: one row per norm, one column per layout."""
+    fig, axes = plt.subplots(
+        len(norms),
+        len(layouts),
+        figsize=(cell_size * 1.3 * len(layouts), cell_size * len(norms)),
+        squeeze=False,
+    )
+    for row, norm in zip(axes, norms, strict=True):
+        for ax, layout in zip(row, layouts, strict=True):
+            draw_reduction(ax, norm, layout, num_groups=num_groups)
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------
+# Experiment plots shared by the chapters
+
+
+def plot_per_layer(
+    ax: Axes,
+    values: np.ndarray,
+    label: str,
+    color: str | None = None,
+    log: bool = True,
+) -> None:
+    """Plot a per-layer statistic: the median over items as a line, their min-max as a band.
+
+    Args:
+        ax: axes to draw on.
+        values: array of shape ``(L + 1, K)``: the statistic after each of ``L`` layers (row 0 is
+            the input) for ``K`` items (tokens, examples, seeds).
+        label: legend label of the line.
+        color: line colour; the next colour of the cycle if None.
+        log: use a logarithmic y axis.
+    """
+    values = np.asarray(values)  # (L + 1, K)
+    depth = np.arange(values.shape[0])
+    (line,) = ax.plot(depth, np.median(values, axis=1), label=label, color=color)
+    ax.fill_between(
+        depth,
+        values.min(axis=1),
+        values.max(axis=1),
+        color=line.get_color(),
+        alpha=0.2,
+        linewidth=0,
+    )
+    ax.set_xlabel("layer")
+    if log:
+        ax.set_yscale("log")
+
+
+def loglog_errors(
+    ax: Axes,
+    x: Sequence[float],
+    errors: Mapping[str, Sequence[float]],
+    colors: Mapping[str, str] | None = None,
+) -> None:
+    """Plot errors against a control variable on log-log axes; mark non-finite errors.
+
+    A NaN or infinite error cannot sit on a log axis: it is drawn as an "x" on the top edge of the
+    axes, labelled "NaN/inf". Zero errors are drawn at the bottom edge.
+
+    Args:
+        ax: axes to draw on (its labels and title are left to the caller).
+        x: positive control values, shape ``(P,)``.
+        errors: label -> errors of shape ``(P,)``.
+        colors: label -> colour; the colour cycle if None.
+    """
+    x = np.asarray(x, dtype=float)
+    finite_all = np.concatenate([np.asarray(e, float)[np.isfinite(e)] for e in errors.values()])
+    positive = finite_all[finite_all > 0]
+    low, high = (positive.min() / 3, positive.max() * 3) if positive.size else (1e-16, 1.0)
+    for label, err in errors.items():
+        err = np.asarray(err, dtype=float)  # (P,)
+        ok = np.isfinite(err)
+        shown = np.where(ok, np.maximum(err, low), np.nan)
+        color = (colors or {}).get(label)
+        (line,) = ax.plot(x, shown, "o-", label=label, color=color)
+        if (~ok).any():
+            ax.plot(
+                x[~ok],
+                np.full((~ok).sum(), high),
+                "x",
+                color=line.get_color(),
+                markersize=10,
+                markeredgewidth=2,
+                clip_on=False,
+            )
+            for xi in x[~ok]:
+                ax.annotate(
+                    "NaN/inf",
+                    (xi, high),
+                    textcoords="offset points",
+                    xytext=(0, -14),
+                    ha="center",
+                    fontsize=8,
+                    color=line.get_color(),
+                )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_ylim(low, high * 1.5)

@@ -1,0 +1,84 @@
+"""The book builds with every chapter executed and no warning; a broken chapter fails the build."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+JUPYTER_BOOK = Path(sys.executable).parent / "jupyter-book"
+BUILD_FLAGS = ["--builder", "html", "--warningiserror", "--nitpick", "--keep-going"]
+
+
+def build(source: Path, *extra: str) -> subprocess.CompletedProcess:
+    command = [str(JUPYTER_BOOK), "build", str(source), *BUILD_FLAGS, *extra]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
+def toc_files() -> list[str]:
+    """Every file named in _toc.yml: the root, then chapters and their sections, depth first."""
+
+    def walk(entries):
+        for entry in entries:
+            if "file" in entry:
+                yield entry["file"]
+            yield from walk(entry.get("chapters", []) + entry.get("sections", []))
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [toc["root"], *walk(toc["parts"])]
+
+
+@pytest.fixture(scope="module")
+def built_book():
+    """Build the real book into _build (sharing the execution cache with `make book`)."""
+    completed = build(ROOT)
+    output = re.sub(r"\x1b\[[0-9;]*m", "", completed.stdout + completed.stderr)
+    assert completed.returncode == 0, f"the book does not build:\n{output[-6000:]}"
+    return ROOT / "_build" / "html"
+
+
+def test_every_page_of_the_toc_is_built(built_book):
+    for name in toc_files():
+        assert (built_book / f"{name}.html").is_file(), f"{name}.html missing"
+
+
+def test_chapters_were_executed_without_errors(built_book):
+    chapter = (built_book / "book" / "layernorm.html").read_text(encoding="utf-8")
+    assert chapter.count("cell_output") > 10, "the chapter's cells produced no outputs"
+    assert "<img" in chapter, "the chapter has no figures"
+    for sign_of_failure in ("Traceback (most recent call last)", "output error"):
+        assert sign_of_failure not in chapter
+
+
+def test_math_is_served_locally(built_book):
+    chapter = (built_book / "book" / "layernorm.html").read_text(encoding="utf-8")
+    assert "_static/mathjax/tex-chtml.js" in chapter
+    assert (built_book / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+def test_exercise_page_offers_its_notebook(built_book):
+    page = (built_book / "book" / "exercises.html").read_text(encoding="utf-8")
+    link = re.search(r'href="([^"]*_downloads/[^"]*layernorm\.ipynb)"', page)
+    assert link, "book/exercises.html has no download link to the exercise notebook"
+    assert (built_book / "book" / link.group(1)).resolve().is_file()
+    assert (built_book / "_sources" / "exercises" / "layernorm.ipynb").is_file()
+
+
+def test_a_failing_chapter_fails_the_build(tmp_path):
+    """The configuration turns an exception in a chapter into a failed build, not a red cell."""
+    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: index\n")
+    (tmp_path / "index.md").write_text(
+        "---\njupytext:\n  text_representation:\n    format_name: myst\nkernelspec:\n"
+        "  name: python3\n  display_name: Python 3\n---\n# Broken\n\n"
+        "```{code-cell} ipython3\nraise ValueError('this chapter is broken')\n```\n"
+    )
+    completed = build(tmp_path)
+    assert completed.returncode != 0
+    assert "this chapter is broken" in completed.stdout + completed.stderr

@@ -1,0 +1,116 @@
+"""Mutation tests: the graded cells must reject the usual wrong implementations.
+
+Each mutant is the solution notebook with one answer cell edited the way a learner might get it
+wrong. The notebook runs through the same nbval grading path as a submission; the mutant must lose
+the points of exactly the test cells it should, with a failure message that names the mistake.
+"""
+
+from dataclasses import dataclass
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from addnorm_lib import autograde
+
+pytestmark = pytest.mark.slow
+
+SOLUTION = ROOT / "solutions" / "layernorm.ipynb"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    cell: str  # grade_id of the answer cell to edit
+    edits: tuple[tuple[str, str], ...]  # (old, new) replacements; each old must occur
+    fails: frozenset[str]  # grade_ids of the test cells that must fail
+    phrase: str  # must appear in a failure message
+
+
+def forward(name, edits, phrase):
+    return Mutant(name, "layer_norm", edits, frozenset({"test_layer_norm"}), phrase)
+
+
+def backward(name, edits, phrase):
+    return Mutant(name, "layer_norm_backward", edits, frozenset({"test_layer_norm_backward"}),
+                  phrase)  # fmt: skip
+
+
+def module(name, edits, phrase):
+    return Mutant(name, "layer_norm_module", edits, frozenset({"test_layer_norm_module"}), phrase)
+
+
+TWO_PASS_VAR = "var = (centered**2).mean(axis=-1, keepdims=True)"
+MUTANTS = [
+    forward("batch axis", (("axis=-1", "axis=0"),), "batch axis"),
+    forward("axis 1, right for 2-D only", (("axis=-1", "axis=1"),), "time axis"),
+    forward("unbiased variance", ((TWO_PASS_VAR, "var = x.var(axis=-1, ddof=1, keepdims=True)"),),
+            "unbiased variance"),
+    forward("eps outside the square root",
+            (("centered / np.sqrt(var + eps)", "centered / (np.sqrt(var) + eps)"),),
+            "outside the square root"),
+    forward("one-pass variance in float32",
+            ((TWO_PASS_VAR, "var = (x**2).mean(axis=-1, keepdims=True) - mean**2"),),
+            "E[x^2] - E[x]^2"),
+    forward("gamma and beta swapped", (("gamma * x_hat + beta", "beta * x_hat + gamma"),),
+            "swapped gamma and beta"),
+    forward("no affine parameters", (("(gamma * x_hat + beta)", "(x_hat)"),),
+            "without the affine step"),
+    forward("modifies its input in place",
+            (("centered = x - mean", "x -= mean\n    centered = x"),), "in place"),
+    forward("broadcasting that only works for 2-D",
+            (("mean = x.mean(axis=-1, keepdims=True)  # (..., 1)\n    centered = x - mean",
+              "mean = x.mean(axis=-1)\n    centered = (x.T - mean).T"),),
+            "any number of leading axes"),
+    forward("returns float64 for float32 input",
+            (("astype(x.dtype, copy=False)", "astype(np.float64)"),), "Keep the input's dtype"),
+    backward("dx drops the mean term",
+             (("        - dx_hat.mean(axis=-1, keepdims=True)\n", ""),), "comes from the mean"),
+    backward("dx drops the variance term",
+             (("        - x_hat * (dx_hat * x_hat).mean(axis=-1, keepdims=True)\n", ""),),
+             "comes from the variance"),
+    backward("dx forgets gamma", (("dx_hat = dy * gamma", "dx_hat = dy"),), "forgets gamma"),
+    backward("dgamma summed over axis 0 only",
+             (("dgamma = (dy * x_hat).sum(axis=leading)", "dgamma = (dy * x_hat).sum(axis=0)"),),
+             "dgamma has shape"),
+    module("torch.var is unbiased by default",
+           (("var = (centered**2).mean(dim=dims, keepdim=True)",
+             "var = x.var(dim=dims, keepdim=True)"),), "unbiased variance"),
+    module("parameters named gamma and beta",
+           (("self.weight", "self.gamma"), ("self.bias", "self.beta"),
+            ('register_parameter("weight"', 'register_parameter("gamma"'),
+            ('register_parameter("bias"', 'register_parameter("beta"')), "state_dict() has keys"),
+    module("calls torch's layer_norm",
+           (("y = centered / torch.sqrt(var + self.eps)",
+             "y = torch.nn.functional.layer_norm(x, self.normalized_shape, eps=self.eps)"),),
+           "torch's own normalization function"),
+    module("ignores its eps argument", (("var + self.eps", "var + 1e-5"),), "eps=0.1"),
+    module("normalizes the last axis only", (("dims = tuple(range(-len(self.normalized_shape), 0))",
+                                              "dims = (-1,)"),), "normalized_shape=(3, 5)"),
+]  # fmt: skip
+
+
+def mutate(nb, mutant):
+    """A copy of nb with the mutant's edits applied to its answer cell."""
+    nb = nbformat.from_dict(nb)
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == mutant.cell]
+    for old, new in mutant.edits:
+        assert old in cell.source, f"mutant {mutant.name!r} no longer applies: {old!r} not found"
+        cell.source = cell.source.replace(old, new)
+    return nb
+
+
+def test_mutant_names_are_unique():
+    assert len({m.name for m in MUTANTS}) == len(MUTANTS)
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name.replace(" ", "-"))
+def test_mutant_loses_points_with_a_specific_message(mutant, tmp_path):
+    path = tmp_path / "layernorm.ipynb"
+    nbformat.write(mutate(nbformat.read(SOLUTION, as_version=4), mutant), path)
+    result = autograde.run_notebook(path)
+    failed = {cell.grade_id for cell in result.cells if cell.status != "passed"}
+    assert result.total < result.max_total, f"{mutant.name} kept every point"
+    assert failed == mutant.fails, f"{mutant.name}: expected {sorted(mutant.fails)} to fail"
+    messages = "\n".join(cell.message for cell in result.cells)
+    assert mutant.phrase in messages, messages
