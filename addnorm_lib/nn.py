@@ -183,6 +183,11 @@ def _as_shape(normalized_shape: int | Sequence[int] | torch.Size) -> tuple[int, 
     return tuple(int(s) for s in normalized_shape)
 
 
+def _new_parameter(wanted: bool, shape: tuple[int, ...], device, dtype) -> nn.Parameter | None:
+    """An uninitialized parameter of ``shape``, or None (registered as None, as torch.nn does)."""
+    return nn.Parameter(torch.empty(shape, device=device, dtype=dtype)) if wanted else None
+
+
 class LayerNorm(nn.Module):
     """Drop-in twin of ``torch.nn.LayerNorm`` (same arguments, parameters and state_dict keys).
 
@@ -201,19 +206,13 @@ class LayerNorm(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        factory_kwargs = {"device": device, "dtype": dtype}
         self.normalized_shape = _as_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
-            if bias:
-                self.bias = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
-            else:
-                self.register_parameter("bias", None)
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        shape = self.normalized_shape
+        self.register_parameter("weight", _new_parameter(elementwise_affine, shape, device, dtype))
+        self.register_parameter("bias", _new_parameter(elementwise_affine and bias, shape, device,
+                                                       dtype))  # fmt: skip
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -366,14 +365,11 @@ class RMSNorm(nn.Module):
         dtype=None,
     ) -> None:
         super().__init__()
-        factory_kwargs = {"device": device, "dtype": dtype}
         self.normalized_shape = _as_shape(normalized_shape)
         self.eps = eps
         self.elementwise_affine = elementwise_affine
-        if elementwise_affine:
-            self.weight = nn.Parameter(torch.empty(self.normalized_shape, **factory_kwargs))
-        else:
-            self.register_parameter("weight", None)
+        weight = _new_parameter(elementwise_affine, self.normalized_shape, device, dtype)
+        self.register_parameter("weight", weight)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -67,26 +67,26 @@ def _compute_dtype(dtype: np.dtype) -> np.dtype:
     return np.promote_types(dtype, np.float32)
 
 
-def _check_feature_param(fn: str, name: str, p, x: np.ndarray) -> np.ndarray:
-    """Check that a per-feature parameter has shape ``(C,)`` for ``x`` of shape ``(..., C)``."""
+def _check_param(fn: str, name: str, p, x: np.ndarray, axis: int, what: str) -> np.ndarray:
+    """Check that a parameter has shape ``(x.shape[axis],)``: one value per feature or channel."""
     p = _as_float_array(fn, name, p)
-    if p.shape != (x.shape[-1],):
+    size = x.shape[axis]
+    if p.shape != (size,):
         raise ValueError(
-            f"{fn}: {name} has shape {p.shape} but x has {x.shape[-1]} features on its last axis "
-            f"(x.shape={x.shape}); expected {name}.shape=({x.shape[-1]},)"
+            f"{fn}: {name} has shape {p.shape} but x has {size} {what} "
+            f"(x.shape={x.shape}); expected {name}.shape=({size},)"
         )
     return p
+
+
+def _check_feature_param(fn: str, name: str, p, x: np.ndarray) -> np.ndarray:
+    """A per-feature parameter: shape ``(C,)`` for ``x`` of shape ``(..., C)``."""
+    return _check_param(fn, name, p, x, -1, "features on its last axis")
 
 
 def _check_channel_param(fn: str, name: str, p, x: np.ndarray) -> np.ndarray:
-    """Check that a per-channel parameter has shape ``(C,)`` for ``x`` of shape ``(N, C, *)``."""
-    p = _as_float_array(fn, name, p)
-    if p.shape != (x.shape[1],):
-        raise ValueError(
-            f"{fn}: {name} has shape {p.shape} but x has {x.shape[1]} channels on axis 1 "
-            f"(x.shape={x.shape}); expected {name}.shape=({x.shape[1]},)"
-        )
-    return p
+    """A per-channel parameter: shape ``(C,)`` for ``x`` of shape ``(N, C, *)``."""
+    return _check_param(fn, name, p, x, 1, "channels on axis 1")
 
 
 def _check_same_shape(fn: str, name: str, a, x: np.ndarray) -> np.ndarray:
