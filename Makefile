@@ -25,6 +25,8 @@ $(STAMP): requirements.txt pyproject.toml
 	@$(BIN)/python -c "import torch, jupyter_book, nbval" || { echo "error: installing requirements.txt failed (see above)" >&2; exit 1; }
 	$(BIN)/python -m pip install $(PIP_FLAGS) --no-deps --no-build-isolation -e .
 	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@# matplotlib builds its font cache on first import and says so on stderr: do it now, not in a chapter
+	$(BIN)/python -c "import matplotlib.pyplot" 2>/dev/null
 	@touch $@
 
 book: $(STAMP)
