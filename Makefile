@@ -29,7 +29,15 @@ $(STAMP): requirements.txt pyproject.toml
 	$(BIN)/python -c "import matplotlib.pyplot" 2>/dev/null
 	@touch $@
 
-book: $(STAMP)
+# Chapters' cached outputs depend on the library too, which the cache does not see: drop the
+# cache and Sphinx's environment whenever addnorm_lib changes, so no page shows numbers from older
+# library code (a rebuild with no change still takes seconds).
+LIBRARY := $(shell find addnorm_lib -name '*.py' 2>/dev/null)
+_build/.library-stamp: $(LIBRARY)
+	rm -rf _build/.jupyter_cache _build/.doctrees
+	@mkdir -p _build && touch $@
+
+book: $(STAMP) _build/.library-stamp
 	$(BIN)/jupyter-book build . --builder html --warningiserror --nitpick --keep-going
 	@echo "The book is in _build/html/index.html"
 

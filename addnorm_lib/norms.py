@@ -121,8 +121,8 @@ def _mean(a: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     return a.mean(axis=axes, keepdims=True, dtype=np.float64).astype(a.dtype, copy=False)
 
 
-def _mean_var(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and *biased* variance over ``axes``, kept as size-1 axes so they broadcast.
+def _mean_var(x: np.ndarray, axes: tuple[int, ...]):
+    """Mean, centred ``x`` and *biased* variance over ``axes`` (statistics kept as size-1 axes).
 
     Two passes: first the mean, then the mean of the squared deviations. The one-pass
     ``mean(x**2) - mean(x)**2`` subtracts two large, nearly equal numbers when ``|mean| >> std``.
@@ -130,13 +130,12 @@ def _mean_var(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndar
     mean = _mean(x, axes)
     xc = x - mean
     var = _mean(xc * xc, axes)
-    return mean, var
+    return mean, xc, var
 
 
 def _standardize(x: np.ndarray, axes: tuple[int, ...], eps: float):
     """``x_hat = (x - mean) / sqrt(var + eps)`` over ``axes``; also returns the intermediates."""
-    mean, var = _mean_var(x, axes)
-    xc = x - mean
+    _, xc, var = _mean_var(x, axes)
     rstd = 1.0 / np.sqrt(var + eps)
     xhat = xc * rstd
     return xhat, xc, var, rstd
@@ -304,7 +303,7 @@ def batch_norm(
                 "batch_norm: expected more than 1 value per channel when training, "
                 f"got input of shape {x.shape}"
             )
-        mean, var = _mean_var(xf, axes)  # (1, C, 1, ...) each; var is biased
+        mean, _, var = _mean_var(xf, axes)  # (1, C, 1, ...) each; var is biased
         var_unbiased = var.reshape(-1) * (n / (n - 1))  # (C,)
         new_mean = (1.0 - momentum) * running_mean + momentum * mean.reshape(-1)  # (C,)
         new_var = (1.0 - momentum) * running_var + momentum * var_unbiased  # (C,)

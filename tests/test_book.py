@@ -35,12 +35,13 @@ def toc_files() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def built_book():
-    """Build the real book into _build (sharing the execution cache with `make book`)."""
-    completed = build(ROOT)
+def built_book(tmp_path_factory):
+    """Build the real book from scratch in a temporary folder: every chapter executes."""
+    output_folder = tmp_path_factory.mktemp("book")
+    completed = build(ROOT, "--path-output", str(output_folder))
     output = re.sub(r"\x1b\[[0-9;]*m", "", completed.stdout + completed.stderr)
     assert completed.returncode == 0, f"the book does not build:\n{output[-6000:]}"
-    return ROOT / "_build" / "html"
+    return output_folder / "_build" / "html"
 
 
 def test_every_page_of_the_toc_is_built(built_book):
