@@ -103,22 +103,29 @@ def validate(nb, name: str) -> None:
             raise ReleaseError(f"{where}: solution markers in a cell without solution: true")
 
 
-def release(solution, name: str = "notebook"):
-    """The exercise notebook for a solution notebook (a new notebook; the input is unchanged)."""
+def stub_solutions(solution, name: str = "notebook"):
+    """The solution notebook with every answer replaced by its stub; test cells (hidden tests
+    included) unchanged; outputs cleared. This is what a grader builds a graded notebook from."""
     validate(solution, name)
-    exercise = copy.deepcopy(solution)
-    for index, cell in enumerate(exercise.cells):
-        where = f"{name}, cell {index}"
+    stubbed = copy.deepcopy(solution)
+    for index, cell in enumerate(stubbed.cells):
         meta = cell.metadata.get("nbgrader", {})
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
             if meta.get("solution"):
-                cell.source = strip_solution(cell.source, where)
-            if HIDDEN_BEGIN in cell.source:
-                cell.source = strip_hidden_tests(cell.source, where)
+                cell.source = strip_solution(cell.source, f"{name}, cell {index}")
         elif meta.get("solution"):
             cell.source = MARKDOWN_STUB
+    return stubbed
+
+
+def release(solution, name: str = "notebook"):
+    """The exercise notebook for a solution notebook (a new notebook; the input is unchanged)."""
+    exercise = stub_solutions(solution, name)
+    for index, cell in enumerate(exercise.cells):
+        if cell.cell_type == "code" and HIDDEN_BEGIN in cell.source:
+            cell.source = strip_hidden_tests(cell.source, f"{name}, cell {index}")
     return exercise
 
 

@@ -6,12 +6,16 @@ what is wrong, and (when the result matches an entry of :mod:`addnorm_lib.mistak
 probably did and how to fix it.
 """
 
+from __future__ import annotations
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from addnorm_lib.mistakes import Mistake
+if TYPE_CHECKING:  # the graded kernel cannot import mistakes (it is hidden there)
+    from addnorm_lib.mistakes import Mistake
 
 
 class CheckFailed(AssertionError):
@@ -52,39 +56,77 @@ def describe_args(args: Sequence) -> str:
     return ", ".join(f"{shape_of(a)} {a.dtype}" if hasattr(a, "dtype") else repr(a) for a in args)
 
 
-def call_learner(fn: Callable, name: str, case: Case, arg_names: Sequence[str]):
-    """Call ``fn(*case.args, **case.kwargs)`` on copies; check it raised and changed nothing.
+@dataclass
+class Observation:
+    """What learner code did on one input, as plain data (no learner objects survive in it).
 
-    Returns whatever fn returns. Raises CheckFailed if fn raises, or if it modified an array
-    argument in place (the learner's caller would lose their data).
+    Attributes:
+        value: what it returned, made plain: arrays (torch tensors become numpy arrays), lists and
+            dicts of plain values, str/int/float/bool/None; anything else becomes None.
+        type_name: the type of the returned value ("ndarray", "tuple", "list", ...).
+        error: "ExceptionType: message" if it raised, else None.
+        not_implemented: it raised NotImplementedError (a stub).
+        mutated: names of array arguments it modified in place.
     """
-    __tracebackhide__ = True
-    originals = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in case.args]
-    args = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in case.args]
+
+    value: object = None
+    type_name: str = "NoneType"
+    error: str | None = None
+    not_implemented: bool = False
+    mutated: tuple[str, ...] = ()
+
+
+def plain(value):
+    """A learner's return value as plain data (see Observation.value)."""
+    value = as_numpy(value)
+    if isinstance(value, np.ndarray):
+        return value if value.dtype != object else None
+    if isinstance(value, tuple | list):
+        return [plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): plain(item) for key, item in value.items()}
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    return None
+
+
+def observe(fn: Callable, args: Sequence, kwargs: dict, arg_names: Sequence[str] = ()):
+    """Call ``fn(*args, **kwargs)`` on copies of the arrays and record what happened."""
+    copies = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
     try:
-        result = fn(*args, **case.kwargs)
+        value = fn(*copies, **kwargs)
     except NotImplementedError as err:
+        return Observation(error=f"NotImplementedError: {err}", not_implemented=True)
+    except Exception as err:
+        return Observation(error=f"{type(err).__name__}: {err}")
+    mutated = tuple(
+        name
+        for name, original, passed in zip(arg_names, args, copies, strict=False)
+        if isinstance(original, np.ndarray) and not np.array_equal(original, passed, equal_nan=True)
+    )
+    return Observation(plain(value), type(value).__name__, mutated=mutated)
+
+
+def judge_call(observation: Observation, name: str, case: Case):
+    """The returned value of an observed call, or CheckFailed if it raised or changed its input."""
+    __tracebackhide__ = True
+    if observation.not_implemented:
         fail(
             f"{name} is not implemented yet: replace the `raise NotImplementedError()` stub with "
-            "your code.",
-            cause=err,
+            "your code."
         )
-    except Exception as err:
+    if observation.error is not None:
         fail(
-            f"{name} raised {type(err).__name__} on {case.description} "
-            f"(arguments: {describe_args(case.args)}): {err}" + _explain(None, case),
-            cause=err,
+            f"{name} raised {observation.error.replace(': ', ' on ' + case.description + ': ', 1)}"
+            f" (arguments: {describe_args(case.args)})" + _explain(None, case)
         )
-    for arg_name, original, passed in zip(arg_names, originals, args, strict=False):
-        if isinstance(original, np.ndarray) and not np.array_equal(
-            original, passed, equal_nan=True
-        ):
-            fail(
-                f"{name} modified its argument `{arg_name}` in place (on {case.description}). "
-                "The caller's array must stay as it was: write `x = x - mean`, not `x -= mean`, "
-                "or work on a copy."
-            )
-    return result
+    if observation.mutated:
+        fail(
+            f"{name} modified its argument `{observation.mutated[0]}` in place (on "
+            f"{case.description}). The caller's array must stay as it was: write `x = x - mean`, "
+            "not `x -= mean`, or work on a copy."
+        )
+    return observation.value
 
 
 def _explain(mistake: Mistake | None, case: Case) -> str:
@@ -151,6 +193,7 @@ def compare(
     mistakes: Sequence[Mistake] = (),
     mistake_args: tuple = (),
     pick=None,
+    type_name: str | None = None,
 ):
     """Check one returned array against the reference: type, shape, dtype, then values.
 
@@ -161,12 +204,14 @@ def compare(
         what: which output, e.g. "the output" or "dgamma".
         case: the input that produced them.
         mistakes, mistake_args, pick: known mistakes to name when the values differ (see diagnose).
+        type_name: the type the learner's code returned, for the message when it is not an array.
     """
     __tracebackhide__ = True
     actual = as_numpy(actual)
     where = f"{name}, on {case.description}"
     if not isinstance(actual, np.ndarray):
-        fail(f"{where}: {what} should be a numpy array, but it is a {type(actual).__name__}.")
+        kind = type_name or type(actual).__name__
+        fail(f"{where}: {what} should be a numpy array, but it is a {kind}.")
     if actual.shape != expected.shape:
         mistake = diagnose(actual, expected, mistakes, mistake_args, pick, case.atol, case.rtol)
         fail(

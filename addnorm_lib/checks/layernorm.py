@@ -1,17 +1,31 @@
 """Checkers for the LayerNorm exercise: ``layer_norm``, ``layer_norm_backward`` and a torch module.
 
-Each ``check_*`` function runs the learner's code on a fixed set of inputs (seeded, so a failure is
-reproducible), raises :class:`CheckFailed` with a specific message at the first problem, and prints
-what passed otherwise.
+Each check is a *probe* and a *judge*. The probe runs the learner's code on inputs drawn from a
+seed and records what happened as plain data (:class:`Observation`). The judge draws the same
+inputs, runs the same probe on the reference, compares, and raises :class:`CheckFailed` with a
+specific message at the first problem. A learner's self-check does both in the notebook; when
+grading, the kernel only probes and the grader judges in its own process (see ``_record``).
+The references (``addnorm_lib.norms``, ``addnorm_lib.mistakes``) are imported by judges only: a
+graded kernel cannot see them.
 """
 
 import contextlib
+from dataclasses import dataclass
 from unittest import mock
 
 import numpy as np
 
-from addnorm_lib import mistakes, norms
-from addnorm_lib.checks._core import Case, CheckFailed, call_learner, compare, fail, passed
+from addnorm_lib.checks._core import (
+    Case,
+    Observation,
+    compare,
+    fail,
+    judge_call,
+    observe,
+    passed,
+    plain,
+)
+from addnorm_lib.checks._record import run_check
 
 # float32 input whose mean is 1e3 times its spread: a two-pass variance stays within ~1e-4 of the
 # float64 result, E[x^2] - E[x]^2 is off by ~0.1 or more (measured for 64 to 768 features).
@@ -24,6 +38,15 @@ def _affine(rng, features, dtype=np.float64):
     gamma = rng.uniform(0.5, 2.0, features).astype(dtype)  # (C,)
     beta = rng.normal(0.0, 1.0, features).astype(dtype)  # (C,)
     return gamma, beta
+
+
+def _incomplete(name: str):
+    __tracebackhide__ = True
+    fail(f"{name}: the recorded observations are incomplete; the check did not run to the end.")
+
+
+# ----------------------------------------------------------------------------------------------
+# layer_norm(x, gamma, beta, eps) -> y
 
 
 def layer_norm_cases(seed: int = 0) -> list[Case]:
@@ -43,33 +66,17 @@ def layer_norm_cases(seed: int = 0) -> list[Case]:
     nearly_constant[1] = 3.0 + 1e-3 * rng.normal(size=8)  # variance ~1e-6, smaller than eps
     offset = (LARGE_OFFSET + rng.normal(size=(4, 256))).astype(np.float32)
     return [
-        case(
-            "a 2-D (N, C) = (4, 6) float64 input",
-            rng.normal(1.0, 2.0, (4, 6)),
-            hint=batch_axis_hint,
-        ),
-        case(
-            "a 3-D (B, T, C) = (2, 3, 5) float64 input",
-            rng.normal(-1.0, 3.0, (2, 3, 5)),
-            hint=shape_hint,
-        ),
+        case("a 2-D (N, C) = (4, 6) float64 input", rng.normal(1.0, 2.0, (4, 6)),
+             hint=batch_axis_hint),
+        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", rng.normal(-1.0, 3.0, (2, 3, 5)),
+             hint=shape_hint),
         case("a batch of one, shape (1, 7)", rng.normal(size=(1, 7)), hint=batch_axis_hint),
-        case(
-            "eps=0.1 instead of the default",
-            rng.normal(size=(3, 4)),
-            eps=0.1,
-            hint="Use the eps argument, inside the square root.",
-        ),
-        case(
-            "rows that are nearly constant (variance below eps)",
-            nearly_constant,
-            hint="eps belongs inside the square root: sqrt(var + eps).",
-        ),
-        case(
-            "a single feature, shape (3, 1): x_hat is 0, so y = beta",
-            rng.normal(size=(3, 1)),
-            hint="With one feature the variance is 0: divide by C, not C - 1.",
-        ),
+        case("eps=0.1 instead of the default", rng.normal(size=(3, 4)), eps=0.1,
+             hint="Use the eps argument, inside the square root."),
+        case("rows that are nearly constant (variance below eps)", nearly_constant,
+             hint="eps belongs inside the square root: sqrt(var + eps)."),
+        case("a single feature, shape (3, 1): x_hat is 0, so y = beta", rng.normal(size=(3, 1)),
+             hint="With one feature the variance is 0: divide by C, not C - 1."),
         case(
             f"float32 input with mean {LARGE_OFFSET:g} and standard deviation 1, shape (4, 256)",
             offset,
@@ -78,13 +85,34 @@ def layer_norm_cases(seed: int = 0) -> list[Case]:
             atol=FLOAT32_ATOL,
             rtol=0.0,
         ),
-    ]
+    ]  # fmt: skip
 
 
-def _reference_layer_norm(x, gamma, beta, eps):
-    """The reference in float64, cast back to x's dtype: the target for any input precision."""
-    as64 = [np.asarray(a, dtype=np.float64) for a in (x, gamma, beta)]
-    return norms.layer_norm(*as64, eps=eps).astype(x.dtype)
+def probe_layer_norm(layer_norm, seed: int = 0) -> list[Observation]:
+    """Run a learner's ``layer_norm`` on every case; record what it did."""
+    return [observe(layer_norm, c.args, c.kwargs, ("x", "gamma", "beta"))
+            for c in layer_norm_cases(seed)]  # fmt: skip
+
+
+def judge_layer_norm(observations: list[Observation], seed: int = 0) -> None:
+    """Compare recorded ``layer_norm`` results with the reference (float64, cast back)."""
+    __tracebackhide__ = True
+    from addnorm_lib import mistakes, norms
+
+    cases = layer_norm_cases(seed)
+    if len(observations) != len(cases):
+        _incomplete("layer_norm")
+    for case, observation in zip(cases, observations, strict=True):
+        y = judge_call(observation, "layer_norm", case)
+        x = case.args[0]
+        as64 = [a.astype(np.float64) for a in case.args]
+        expected = norms.layer_norm(*as64, eps=case.kwargs["eps"]).astype(x.dtype)
+        compare(
+            y, expected, name="layer_norm", what="the output", case=case,
+            mistakes=mistakes.LAYER_NORM_MISTAKES, mistake_args=(*case.args, case.kwargs["eps"]),
+            type_name=observation.type_name,
+        )  # fmt: skip
+    passed("layer_norm", cases)
 
 
 def check_layer_norm(layer_norm, seed: int = 0) -> None:
@@ -93,20 +121,11 @@ def check_layer_norm(layer_norm, seed: int = 0) -> None:
     Raises CheckFailed naming the first input it gets wrong and, where it can tell, the mistake.
     """
     __tracebackhide__ = True
-    cases = layer_norm_cases(seed)
-    for case in cases:
-        y = call_learner(layer_norm, "layer_norm", case, ("x", "gamma", "beta"))
-        expected = _reference_layer_norm(*case.args, case.kwargs["eps"])
-        compare(
-            y,
-            expected,
-            name="layer_norm",
-            what="the output",
-            case=case,
-            mistakes=mistakes.LAYER_NORM_MISTAKES,
-            mistake_args=(*case.args, case.kwargs["eps"]),
-        )
-    passed("layer_norm", cases)
+    run_check("check_layer_norm", probe_layer_norm, judge_layer_norm, layer_norm, seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# layer_norm_backward(dy, x, gamma, eps) -> (dx, dgamma, dbeta)
 
 
 def layer_norm_backward_cases(seed: int = 0) -> list[Case]:
@@ -121,58 +140,94 @@ def layer_norm_backward_cases(seed: int = 0) -> list[Case]:
 
     return [
         case("a 2-D (N, C) = (4, 6) float64 input", (4, 6)),
-        case(
-            "a 3-D (B, T, C) = (2, 3, 5) float64 input",
-            (2, 3, 5),
-            hint="dgamma and dbeta have gamma's shape (C,): sum over every axis except the "
-            "last, axis=tuple(range(x.ndim - 1)).",
-        ),
-        case(
-            "eps=0.1 instead of the default",
-            (3, 4),
-            eps=0.1,
-            hint="Use the eps argument, as in the forward pass.",
-        ),
-    ]
+        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", (2, 3, 5),
+             hint="dgamma and dbeta have gamma's shape (C,): sum over every axis except the "
+             "last, axis=tuple(range(x.ndim - 1))."),
+        case("eps=0.1 instead of the default", (3, 4), eps=0.1,
+             hint="Use the eps argument, as in the forward pass."),
+    ]  # fmt: skip
+
+
+def probe_layer_norm_backward(layer_norm_backward, seed: int = 0) -> list[Observation]:
+    return [observe(layer_norm_backward, c.args, c.kwargs, ("dy", "x", "gamma"))
+            for c in layer_norm_backward_cases(seed)]  # fmt: skip
+
+
+def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) -> None:
+    __tracebackhide__ = True
+    from addnorm_lib import mistakes, norms
+
+    cases = layer_norm_backward_cases(seed)
+    if len(observations) != len(cases):
+        _incomplete("layer_norm_backward")
+    for case, observation in zip(cases, observations, strict=True):
+        grads = judge_call(observation, "layer_norm_backward", case)
+        if observation.type_name not in ("tuple", "list") or len(grads) != 3:
+            length = f" of length {len(grads)}" if isinstance(grads, list) else ""
+            fail(
+                "layer_norm_backward should return a tuple (dx, dgamma, dbeta), but returned "
+                f"{observation.type_name}{length}."
+            )
+        expected = norms.layer_norm_backward(*case.args, eps=case.kwargs["eps"])
+        mistake_args = (*case.args, case.kwargs["eps"])
+        known = [mistakes.LAYER_NORM_BACKWARD_DX_MISTAKES,
+                 mistakes.LAYER_NORM_BACKWARD_DGAMMA_MISTAKES, ()]  # fmt: skip
+        for index, what in enumerate(["dx", "dgamma", "dbeta"]):
+            compare(
+                grads[index], expected[index], name="layer_norm_backward", what=what, case=case,
+                mistakes=known[index], mistake_args=mistake_args,
+                pick=lambda out, i=index: out[i],
+            )  # fmt: skip
+    passed("layer_norm_backward", cases)
 
 
 def check_layer_norm_backward(layer_norm_backward, seed: int = 0) -> None:
     """Check a learner's ``layer_norm_backward(dy, x, gamma, eps=1e-5) -> (dx, dgamma, dbeta)``."""
     __tracebackhide__ = True
-    cases = layer_norm_backward_cases(seed)
-    for case in cases:
-        grads = call_learner(layer_norm_backward, "layer_norm_backward", case, ("dy", "x", "gamma"))
-        if not (isinstance(grads, tuple | list) and len(grads) == 3):
-            fail(
-                "layer_norm_backward should return a tuple (dx, dgamma, dbeta), "
-                f"but returned {type(grads).__name__}"
-                + (f" of length {len(grads)}" if isinstance(grads, tuple | list) else "")
-                + "."
-            )
-        expected = norms.layer_norm_backward(*case.args, eps=case.kwargs["eps"])
-        mistake_args = (*case.args, case.kwargs["eps"])
-        dx_mistakes = mistakes.LAYER_NORM_BACKWARD_DX_MISTAKES
-        dgamma_mistakes = mistakes.LAYER_NORM_BACKWARD_DGAMMA_MISTAKES
-        for index, (what, known) in enumerate(
-            [("dx", dx_mistakes), ("dgamma", dgamma_mistakes), ("dbeta", ())]
-        ):
-            compare(
-                grads[index],
-                expected[index],
-                name="layer_norm_backward",
-                what=what,
-                case=case,
-                mistakes=known,
-                mistake_args=mistake_args,
-                pick=lambda out, i=index: out[i],
-            )
-    passed("layer_norm_backward", cases)
+    run_check("check_layer_norm_backward", probe_layer_norm_backward,
+              judge_layer_norm_backward, layer_norm_backward, seed)  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------
-# The torch module.
+# The torch module LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)
 
+BATCH, TIME, FEATURES = 2, 3, 5
+# configuration name: (constructor arguments, keyword arguments, parameter names, parameter shape)
+MODULE_CONFIGS = {
+    "default": ((FEATURES,), {}, ("weight", "bias"), (FEATURES,)),
+    "eps": ((FEATURES,), {"eps": 0.1}, ("weight", "bias"), (FEATURES,)),
+    "tuple": (((TIME, FEATURES),), {}, ("weight", "bias"), (TIME, FEATURES)),
+    "no_bias": ((FEATURES,), {"bias": False}, ("weight",), (FEATURES,)),
+    "no_affine": ((FEATURES,), {"elementwise_affine": False}, (), (FEATURES,)),
+}
 _TORCH_NORM_FUNCTIONS = ("layer_norm", "native_layer_norm", "group_norm", "batch_norm", "rms_norm")
+TORCH_NORM_CALLED = "TorchNormCalled"
+
+
+@dataclass(frozen=True)
+class ModuleInputs:
+    """Every input of the module check, drawn from the seed before any learner code runs."""
+
+    x: np.ndarray  # (B, T, C) float64
+    x32: np.ndarray  # (B, T, C) float32, offset 10
+    upstream: np.ndarray  # (B, T, C) gradient for the backward check
+    x_eps: np.ndarray  # (4, C) for the eps=0.1 check
+    parameters: dict  # configuration -> {parameter name: float64 array}
+
+
+def module_inputs(seed: int = 0) -> ModuleInputs:
+    rng = np.random.default_rng(seed + 2)
+    parameters = {
+        name: {p: rng.uniform(0.5, 2.0, shape) for p in names}
+        for name, (_, _, names, shape) in MODULE_CONFIGS.items()
+    }
+    return ModuleInputs(
+        x=rng.normal(1.0, 2.0, (BATCH, TIME, FEATURES)),
+        x32=(rng.normal(size=(BATCH, TIME, FEATURES)) + 10).astype(np.float32),
+        upstream=rng.normal(size=(BATCH, TIME, FEATURES)),
+        x_eps=rng.normal(size=(4, FEATURES)),
+        parameters=parameters,
+    )
 
 
 @contextlib.contextmanager
@@ -182,73 +237,226 @@ def _torch_norms_forbidden():
     import torch.nn.functional as F
 
     def forbidden(*args, **kwargs):
-        raise CheckFailed(
-            "Your LayerNorm calls torch's own normalization function. The point of the exercise is "
-            "to write the math yourself with tensor operations (mean, subtraction, sqrt, ...)."
-        )
+        raise RuntimeError(TORCH_NORM_CALLED)
 
-    patches = [
-        mock.patch.object(module, fn_name, forbidden)
-        for module in (torch, F)
-        for fn_name in _TORCH_NORM_FUNCTIONS
-        if hasattr(module, fn_name)
-    ]
     with contextlib.ExitStack() as stack:
-        for patch in patches:
-            stack.enter_context(patch)
+        for module in (torch, F):
+            for fn_name in _TORCH_NORM_FUNCTIONS:
+                if hasattr(module, fn_name):
+                    stack.enter_context(mock.patch.object(module, fn_name, forbidden))
         yield
 
 
-def _construct(cls, *args, **kwargs):
-    __tracebackhide__ = True
-    call = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+def _recorded(step):
+    """Run one probe step; an exception becomes an Observation with the error."""
     try:
+        return Observation(plain(step()), "dict")
+    except NotImplementedError as err:
+        return Observation(error=f"NotImplementedError: {err}", not_implemented=True)
+    except Exception as err:
+        return Observation(error=f"{type(err).__name__}: {err}")
+
+
+def probe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
+    """Exercise a LayerNorm class the way the judge needs; record every result as plain data."""
+    import torch
+
+    inputs = module_inputs(seed)
+    guard = _torch_norms_forbidden if forbid_torch_norms else contextlib.nullcontext
+    tensor = torch.from_numpy
+
+    def construct(config):
+        args, kwargs, _, _ = MODULE_CONFIGS[config]
         return cls(*args, **kwargs)
-    except NotImplementedError as err:
-        fail(
-            f"LayerNorm({call}) is not implemented yet: replace the stub with your code.", cause=err
-        )
-    except Exception as err:
-        fail(
-            f"LayerNorm({call}) raised {type(err).__name__}: {err}\nHint: the constructor mirrors "
-            "torch.nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True).",
-            cause=err,
-        )
 
+    def loaded(config):
+        module = construct(config).double()  # before loading: float64 weights stay float64
+        state = {k: tensor(v) for k, v in inputs.parameters[config].items()}
+        module.load_state_dict(state)
+        return module
 
-def _forward(module, x, description):
-    __tracebackhide__ = True
-    try:
-        with _torch_norms_forbidden():
+    def describe(config):
+        module = construct(config)
+        attributes = {a: getattr(module, a, "<missing>") for a in
+                      ("normalized_shape", "eps", "elementwise_affine")}  # fmt: skip
+        attributes = {k: v if isinstance(v, str | bool | int | float) else plain(v)
+                      for k, v in attributes.items()}  # fmt: skip
+        state = module.state_dict()
+        return {
+            "is_module": isinstance(module, torch.nn.Module),
+            "subclasses_torch": isinstance(module, torch.nn.LayerNorm),
+            "attributes": attributes,
+            "state": {k: list(v.shape) for k, v in state.items()},
+            "parameters": [name for name, _ in module.named_parameters()],
+            "initial": {k: v.detach().double().numpy() for k, v in state.items()},
+        }
+
+    def forward(module, x):
+        with guard():
             return module(x)
-    except CheckFailed:
-        raise
-    except NotImplementedError as err:
-        fail(
-            "LayerNorm.forward is not implemented yet: replace the stub with your code.", cause=err
+
+    def gradients():
+        module = loaded("default")
+        x = tensor(inputs.x.copy()).requires_grad_(True)
+        (forward(module, x) * tensor(inputs.upstream)).sum().backward()
+        grads = {"input": x.grad, "weight": module.weight.grad, "bias": module.bias.grad}
+        return {k: None if g is None else g.numpy() for k, g in grads.items()}
+
+    def round_trip():
+        reference = torch.nn.LayerNorm(FEATURES, dtype=torch.float64)
+        reference.load_state_dict(loaded("default").state_dict())
+        return True
+
+    observations = {}
+    for config in MODULE_CONFIGS:
+        observations[f"describe:{config}"] = _recorded(lambda c=config: describe(c))
+        observations[f"load:{config}"] = _recorded(lambda c=config: loaded(c) is not None)
+        x = inputs.x_eps if config == "eps" else inputs.x
+        observations[f"forward:{config}"] = _recorded(
+            lambda c=config, x=x: forward(loaded(c), tensor(x.copy()))
         )
-    except Exception as err:
-        fail(f"LayerNorm.forward raised {type(err).__name__} on {description}: {err}", cause=err)
+    observations["forward:float32"] = _recorded(
+        lambda: forward(loaded("default").float(), tensor(inputs.x32.copy()))
+    )
+    observations["gradients"] = _recorded(gradients)
+    observations["round_trip"] = _recorded(round_trip)
+    return observations
 
 
-def _check_parameters(module, expected_names, shape, call):
+def _reference_module_observations(seed):
+    import torch
+
+    return probe_layer_norm_module(torch.nn.LayerNorm, seed, forbid_torch_norms=False)
+
+
+def _judge_describe(observation, config, checked):
     __tracebackhide__ = True
-    state = module.state_dict()
-    if sorted(state) != sorted(expected_names):
+    args, kwargs, names, shape = MODULE_CONFIGS[config]
+    call = "LayerNorm(" + ", ".join([repr(a) for a in args] +
+                                    [f"{k}={v!r}" for k, v in kwargs.items()]) + ")"  # fmt: skip
+    if observation.not_implemented:
+        fail(f"{call} is not implemented yet: replace the stub with your code.")
+    if observation.error:
         fail(
-            f"{call}.state_dict() has keys {sorted(state)}, but torch.nn.LayerNorm's are "
-            f"{sorted(expected_names)}. Register nn.Parameter attributes named exactly like "
-            "torch's (weight, bias), or register_parameter('bias', None) when there is no bias."
+            f"{call} raised {observation.error}\nHint: the constructor mirrors "
+            "torch.nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)."
         )
-    parameters = dict(module.named_parameters())
-    for key in expected_names:
-        if key not in parameters:
+    info = observation.value
+    if not info["is_module"]:
+        fail("LayerNorm must be a torch.nn.Module subclass.")
+    if info["subclasses_torch"]:
+        fail("Your LayerNorm subclasses torch.nn.LayerNorm; subclass torch.nn.Module and write the "
+             "math yourself.")  # fmt: skip
+    if config == "default":
+        expected = {"normalized_shape": [FEATURES], "eps": 1e-5, "elementwise_affine": True}
+        for attribute, value in expected.items():
+            if info["attributes"][attribute] != value:
+                shown = tuple(value) if isinstance(value, list) else value
+                actual = info["attributes"][attribute]
+                fail(f"LayerNorm({FEATURES}).{attribute} should be {shown!r} (as in "
+                     f"torch.nn.LayerNorm), but it is {actual!r}.")  # fmt: skip
+    if sorted(info["state"]) != sorted(names):
+        fail(
+            f"{call}.state_dict() has keys {sorted(info['state'])}, but torch.nn.LayerNorm's are "
+            f"{sorted(names)}. Register nn.Parameter attributes named exactly like torch's "
+            "(weight, bias), or register_parameter('bias', None) when there is no bias."
+        )
+    for key in names:
+        if key not in info["parameters"]:
+            fail(f"{call}.{key} is in the state_dict but is not an nn.Parameter, so an optimizer "
+                 "would never train it: wrap it in nn.Parameter.")  # fmt: skip
+        if tuple(info["state"][key]) != shape:
+            fail(f"{call}.{key} has shape {tuple(info['state'][key])}; it should be {shape}.")
+    if config == "default":
+        initial = info["initial"]
+        if not (np.all(initial["weight"] == 1) and np.all(initial["bias"] == 0)):
             fail(
-                f"{call}.{key} is in the state_dict but is not an nn.Parameter, so an optimizer "
-                "would never train it: wrap it in nn.Parameter."
+                "A new LayerNorm should start with weight = 1 and bias = 0, as torch.nn.LayerNorm."
             )
-        if tuple(parameters[key].shape) != shape:
-            fail(f"{call}.{key} has shape {tuple(parameters[key].shape)}; it should be {shape}.")
+        checked.append("constructor, attributes and parameters as torch.nn.LayerNorm")
+
+
+def _judge_forward(observations, reference, key, description, atol=1e-8, mistake_args=()):
+    __tracebackhide__ = True
+    from addnorm_lib import mistakes
+
+    config = key.split(":")[1]
+    load = observations.get(f"load:{config}", Observation(value=True))
+    if load.error:
+        fail(f"LayerNorm.load_state_dict(torch.nn.LayerNorm's state_dict) failed: {load.error}")
+    observation = observations[key]
+    if observation.error and TORCH_NORM_CALLED in observation.error:
+        fail(
+            "Your LayerNorm calls torch's own normalization function. The point of the exercise "
+            "is to write the math yourself with tensor operations (mean, subtraction, sqrt, ...)."
+        )
+    if observation.not_implemented:
+        fail("LayerNorm.forward is not implemented yet: replace the stub with your code.")
+    if observation.error:
+        fail(f"LayerNorm.forward raised {observation.error} on {description}")
+    case = Case(description, (), atol=atol, rtol=1e-6 if atol < 1e-6 else 0.0)
+    compare(observation.value, reference[key].value, name="LayerNorm", what="the output",
+            case=case, mistakes=mistakes.LAYER_NORM_MISTAKES if mistake_args else (),
+            mistake_args=mistake_args, type_name=observation.type_name)  # fmt: skip
+
+
+def judge_layer_norm_module(observations: dict, seed: int = 0) -> None:
+    """Compare a recorded LayerNorm module with torch.nn.LayerNorm probed the same way."""
+    __tracebackhide__ = True
+    reference = _reference_module_observations(seed)
+    if set(observations) != set(reference):
+        _incomplete("LayerNorm")
+    inputs = module_inputs(seed)
+    checked = []
+
+    def mistake_args(config, x):
+        parameters = inputs.parameters[config]
+        return (x, parameters["weight"], parameters["bias"], MODULE_CONFIGS[config][1].get("eps",
+                1e-5))  # fmt: skip
+
+    _judge_describe(observations["describe:default"], "default", checked)
+    _judge_forward(observations, reference, "forward:default",
+                   f"a (B, T, C) = {(BATCH, TIME, FEATURES)} float64 input",
+                   mistake_args=mistake_args("default", inputs.x))  # fmt: skip
+    checked.append("loads a torch.nn.LayerNorm state_dict and matches it in float64")
+    _judge_forward(observations, reference, "forward:float32", "a float32 (B, T, C) input",
+                   atol=1e-5)  # fmt: skip
+    checked.append("keeps float32 as float32 and matches torch")
+
+    gradients = observations["gradients"]
+    if gradients.error:
+        fail(f"Backpropagating through LayerNorm raised {gradients.error}")
+    for what, mine in gradients.value.items():
+        if mine is None:
+            fail(f"No gradient reached LayerNorm's {what}: is it used in forward, as an "
+                 "nn.Parameter (or the input), without .detach() or .data?")  # fmt: skip
+        compare(mine, reference["gradients"].value[what], name="LayerNorm",
+                what=f"the gradient of {what}",
+                case=Case("a float64 (B, T, C) input, backward by autograd", ()))  # fmt: skip
+    checked.append("gradients of input, weight and bias match torch's")
+
+    _judge_describe(observations["describe:eps"], "eps", checked)
+    _judge_forward(observations, reference, "forward:eps", "eps=0.1 with a (4, 5) input",
+                   mistake_args=mistake_args("eps", inputs.x_eps))  # fmt: skip
+    checked.append("uses its eps argument")
+    _judge_describe(observations["describe:tuple"], "tuple", checked)
+    _judge_forward(observations, reference, "forward:tuple",
+                   f"normalized_shape=({TIME}, {FEATURES}) on a {inputs.x.shape} input "
+                   "(statistics over the last two axes)")  # fmt: skip
+    checked.append("a tuple normalized_shape normalizes over the last len(normalized_shape) axes")
+    for config, text in [("no_bias", "bias=False"), ("no_affine", "elementwise_affine=False")]:
+        _judge_describe(observations[f"describe:{config}"], config, checked)
+        _judge_forward(observations, reference, f"forward:{config}",
+                       f"LayerNorm({FEATURES}, {text}) on a (B, T, C) input")  # fmt: skip
+    checked.append("bias=False and elementwise_affine=False as in torch")
+    if observations["round_trip"].error:
+        fail("torch.nn.LayerNorm could not load your module's state_dict: "
+             f"{observations['round_trip'].error}")  # fmt: skip
+    checked.append("its state_dict loads into torch.nn.LayerNorm")
+
+    print(f"✓ LayerNorm passed {len(checked)} checks:")
+    for item in checked:
+        print(f"    - {item}")
 
 
 def check_layer_norm_module(cls, seed: int = 0) -> None:
@@ -259,147 +467,13 @@ def check_layer_norm_module(cls, seed: int = 0) -> None:
     gradients against torch's, and that torch's own norm functions are not called.
     """
     __tracebackhide__ = True
-    import torch
-
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed + 2)
-    batch, time, features = 2, 3, 5
-    checked = []
-
-    module = _construct(cls, features)
-    if not isinstance(module, torch.nn.Module):
-        fail("LayerNorm must be a torch.nn.Module subclass.")
-    if isinstance(module, torch.nn.LayerNorm):
-        fail(
-            "Your LayerNorm subclasses torch.nn.LayerNorm; subclass torch.nn.Module and write the "
-            "math yourself."
-        )
-    for attribute, value in [
-        ("normalized_shape", (features,)),
-        ("eps", 1e-5),
-        ("elementwise_affine", True),
-    ]:
-        if getattr(module, attribute, None) != value:
-            fail(
-                f"LayerNorm({features}).{attribute} should be {value!r} (as in "
-                f"torch.nn.LayerNorm), but it is {getattr(module, attribute, '<missing>')!r}."
-            )
-    _check_parameters(module, ["weight", "bias"], (features,), f"LayerNorm({features})")
-    if not (torch.all(module.weight == 1) and torch.all(module.bias == 0)):
-        fail("A new LayerNorm should start with weight = 1 and bias = 0, as torch.nn.LayerNorm.")
-    checked.append("constructor, attributes and parameters as torch.nn.LayerNorm")
-
-    def torch_twin(*args, **kwargs):
-        twin = torch.nn.LayerNorm(*args, **kwargs, dtype=torch.float64)
-        with torch.no_grad():
-            for parameter in twin.parameters():
-                parameter.copy_(torch.from_numpy(rng.uniform(0.5, 2.0, parameter.shape)))
-        return twin
-
-    def load_into(module, twin, call):
-        module = module.double()  # before loading, so float64 parameters are not rounded to float32
-        try:
-            module.load_state_dict(twin.state_dict())
-        except Exception as err:
-            fail(f"{call}.load_state_dict(torch.nn.LayerNorm state_dict) failed: {err}", cause=err)
-        return module
-
-    def compare_forward(module, twin, x, description, atol=1e-8):
-        y = _forward(module, x, description)
-        expected = twin(x.double()).to(x.dtype)
-        parameters = [p.detach().double().numpy() for p in twin.parameters()]
-        mistake_args = ()
-        if len(twin.normalized_shape) == 1 and len(parameters) == 2:
-            mistake_args = (x.double().numpy(), *parameters, twin.eps)
-        case = Case(description, (x,), atol=atol, rtol=1e-6 if atol < 1e-6 else 0.0)
-        compare(
-            y,
-            expected.detach().numpy(),
-            name="LayerNorm",
-            what="the output",
-            case=case,
-            mistakes=mistakes.LAYER_NORM_MISTAKES if mistake_args else (),
-            mistake_args=mistake_args,
-        )
-        return y
-
-    twin = torch_twin(features)
-    module = load_into(module, twin, f"LayerNorm({features})")
-    x = torch.from_numpy(rng.normal(1.0, 2.0, (batch, time, features)))
-    compare_forward(module, twin, x, f"a (B, T, C) = {(batch, time, features)} float64 input")
-    checked.append("loads a torch.nn.LayerNorm state_dict and matches it in float64")
-
-    x32 = (torch.from_numpy(rng.normal(size=(batch, time, features))) + 10).float()
-    module_32 = load_into(_construct(cls, features), twin, f"LayerNorm({features})").float()
-    compare_forward(module_32, twin, x32, "a float32 (B, T, C) input", atol=1e-5)
-    checked.append("keeps float32 as float32 and matches torch")
-
-    x_grad = x.clone().requires_grad_(True)
-    x_twin = x.clone().requires_grad_(True)
-    upstream = torch.from_numpy(rng.normal(size=x.shape))
-    (_forward(module, x_grad, "a float64 input") * upstream).sum().backward()
-    (twin(x_twin) * upstream).sum().backward()
-    for what, mine, theirs in [
-        ("the input", x_grad.grad, x_twin.grad),
-        ("weight", module.weight.grad, twin.weight.grad),
-        ("bias", module.bias.grad, twin.bias.grad),
-    ]:
-        if mine is None:
-            fail(
-                f"No gradient reached LayerNorm's {what}: is it used in forward, as an "
-                "nn.Parameter (or the input), without .detach() or .data?"
-            )
-        compare(
-            mine,
-            theirs.numpy(),
-            name="LayerNorm",
-            what=f"the gradient of {what}",
-            case=Case("a float64 (B, T, C) input, backward by autograd", ()),
-        )
-    checked.append("gradients of input, weight and bias match torch's")
-
-    twin = torch_twin(features, eps=0.1)
-    module = load_into(_construct(cls, features, eps=0.1), twin, f"LayerNorm({features}, eps=0.1)")
-    compare_forward(
-        module,
-        twin,
-        torch.from_numpy(rng.normal(size=(4, features))),
-        "eps=0.1 with a (4, 5) input",
+    run_check(
+        "check_layer_norm_module", probe_layer_norm_module, judge_layer_norm_module, cls, seed
     )
-    checked.append("uses its eps argument")
 
-    call = f"LayerNorm(({time}, {features}))"
-    module = _construct(cls, (time, features))
-    _check_parameters(module, ["weight", "bias"], (time, features), call)
-    twin = torch_twin((time, features))
-    module = load_into(module, twin, call)
-    compare_forward(
-        module,
-        twin,
-        x,
-        f"normalized_shape=({time}, {features}) on a {tuple(x.shape)} "
-        "input (statistics over the last two axes)",
-    )
-    checked.append("a tuple normalized_shape normalizes over the last len(normalized_shape) axes")
 
-    for kwargs, names in [({"bias": False}, ["weight"]), ({"elementwise_affine": False}, [])]:
-        call = f"LayerNorm({features}, {', '.join(f'{k}={v}' for k, v in kwargs.items())})"
-        module = _construct(cls, features, **kwargs)
-        _check_parameters(module, names, (features,), call)
-        twin = torch_twin(features, **kwargs)
-        module = load_into(module, twin, call)
-        compare_forward(module, twin, x, f"{call} on a (B, T, C) input")
-    checked.append("bias=False and elementwise_affine=False as in torch")
-
-    twin = torch.nn.LayerNorm(features, dtype=torch.float64)
-    try:
-        twin.load_state_dict(
-            load_into(_construct(cls, features), torch_twin(features), "LayerNorm").state_dict()
-        )
-    except Exception as err:
-        fail(f"torch.nn.LayerNorm could not load your module's state_dict: {err}", cause=err)
-    checked.append("its state_dict loads into torch.nn.LayerNorm")
-
-    print(f"✓ LayerNorm passed {len(checked)} checks:")
-    for item in checked:
-        print(f"    - {item}")
+JUDGES = {
+    "check_layer_norm": judge_layer_norm,
+    "check_layer_norm_backward": judge_layer_norm_backward,
+    "check_layer_norm_module": judge_layer_norm_module,
+}

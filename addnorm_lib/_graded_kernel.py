@@ -1,0 +1,28 @@
+"""The kernel a submission runs in: ipykernel with resource limits set before any student code.
+
+The grader's kernelspec starts ``python -m addnorm_lib._graded_kernel -f {connection_file}``.
+Limits come from the environment: ``ADDNORM_MEMORY_MB`` caps the address space (a memory blow-up
+raises MemoryError or kills this kernel, never the grader), ``ADDNORM_FILE_MB`` caps the size of any
+file it writes.
+"""
+
+import os
+import resource
+
+
+def _limit(kind: int, megabytes: str | None) -> None:
+    if megabytes:
+        size = int(float(megabytes) * 2**20)
+        resource.setrlimit(kind, (size, size))
+
+
+def main() -> None:
+    _limit(resource.RLIMIT_AS, os.environ.get("ADDNORM_MEMORY_MB"))
+    _limit(resource.RLIMIT_FSIZE, os.environ.get("ADDNORM_FILE_MB"))
+    from ipykernel import kernelapp
+
+    kernelapp.launch_new_instance()
+
+
+if __name__ == "__main__":
+    main()
