@@ -339,7 +339,8 @@ def judge_checks(test: TestCell, observations: Path) -> str | None:
     for name, seed in test.checks:
         path = record.observation_path(observations, name, seed)
         if not path.is_file():
-            return f"{name}(seed={seed}) recorded no result: the cell did not reach it."
+            return (f"{name}(seed={seed}) recorded no result: the cell did not reach it, or the "
+                    "check was switched off.")  # fmt: skip
         try:
             data = record.load(path)
             with contextlib.redirect_stdout(io.StringIO()):
@@ -351,7 +352,9 @@ def judge_checks(test: TestCell, observations: Path) -> str | None:
     return None
 
 
-def judge(assignment: Assignment, records, observations: Path) -> list[CellGrade]:
+def judge(
+    assignment: Assignment, records, observations: Path, cell_timeout: float
+) -> list[CellGrade]:
     code_positions = [i for i, c in enumerate(assignment.graded_base.cells)
                       if c.cell_type == "code"]  # fmt: skip
     by_index = {code_positions[r["code_index"]]: r for r in records or []
@@ -362,12 +365,13 @@ def judge(assignment: Assignment, records, observations: Path) -> list[CellGrade
         if found is None:
             status, message = "not_run", "Not run: the notebook stopped before this cell."
         elif found["timed_out"]:
-            status, message = "timeout", clean_message(found["report"])
+            status = "timeout"
+            message = f"Timeout: the cell ran longer than {cell_timeout:g} s and was interrupted."
         else:
             message = judge_checks(test, observations)
             nbval_passed = found["status"] == "passed"
             status = "passed" if nbval_passed and message is None else "failed"
-            if message is None and not nbval_passed:
+            if not nbval_passed and (message is None or "recorded no result" in message):
                 message = clean_message(found["report"]) or f"nbval: {found['status']}"
         points = test.points if status == "passed" else 0.0
         cells.append(CellGrade(test.grade_id, points, test.points, status, message or "",
@@ -415,7 +419,8 @@ def grade_submission(submission_id: str, path: Path, assignments: dict, settings
         with tempfile.TemporaryDirectory(prefix="submission-", dir=run_folder) as tmp:
             workdir = Path(tmp)
             records, wall_timeout = run_graded(graded, workdir, settings, outdir)
-            grade.cells = judge(assignment, records, workdir / "sandbox" / "observations")
+            observations = workdir / "sandbox" / "observations"
+            grade.cells = judge(assignment, records, observations, settings.cell_timeout)
         grade.status, grade.reason = notebook_status(records, wall_timeout, grade.cells)
     except Exception as err:
         grade.status, grade.reason = "error", f"{type(err).__name__}: {err}"[:300]

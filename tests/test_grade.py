@@ -1,0 +1,320 @@
+"""The batch grader on broken and hostile submissions: each gets a row and no undeserved points.
+
+One grading run over a folder of generated submissions (module fixture); each test reads its row.
+"""
+
+import csv
+import json
+import subprocess
+import sys
+import time
+
+import nbformat
+import pytest
+from conftest import ROOT
+
+from addnorm_lib import grade
+
+pytestmark = pytest.mark.slow
+
+SOLUTION = ROOT / "solutions" / "layernorm.ipynb"
+EXERCISE = ROOT / "exercises" / "layernorm.ipynb"
+MAX_TOTAL = 10
+FORWARD, BACKWARD, MODULE = "test_layer_norm", "test_layer_norm_backward", "test_layer_norm_module"
+UNBIASED = "def layer_norm(x, gamma, beta, eps=1e-5):\n    return gamma * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta\n"  # noqa: E501
+
+
+def solution():
+    return nbformat.read(SOLUTION, as_version=4)
+
+
+def cell(nb, grade_id):
+    (found,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    return found
+
+
+def with_answer(grade_id, source, nb=None):
+    nb = nb or solution()
+    cell(nb, grade_id).source = source
+    return nb
+
+
+def submissions():
+    """name -> notebook (or raw text for files that are not notebooks)."""
+    cases = {
+        "correct": solution(),
+        "stubs": nbformat.read(EXERCISE, as_version=4),
+        "not_json": "this is { not json",
+        "not_a_notebook": '{"hello": "world"}',
+        "same_name/a/layernorm": solution(),
+        "same_name/b/layernorm": with_answer("layer_norm", UNBIASED),
+        "kernelspec": solution(),
+    }
+    cases["kernelspec"].metadata.kernelspec = {"name": "conda-env-elsewhere", "display_name": "x"}
+
+    deleted = solution()
+    deleted.cells.remove(cell(deleted, "layer_norm_module"))
+    cases["answer_deleted"] = deleted
+
+    edited = with_answer("layer_norm", UNBIASED)
+    cell(edited, FORWARD).source = "pass"
+    cell(edited, FORWARD).metadata["nbgrader"]["points"] = 100
+    cases["test_edited"] = edited
+
+    removed = with_answer("layer_norm", UNBIASED)
+    removed.cells = [c for c in removed.cells if not c.metadata.get("nbgrader", {}).get("grade")]
+    cases["tests_deleted"] = removed
+
+    renamed = solution()
+    cell(renamed, BACKWARD).metadata["nbgrader"].update(points=50, grade_id="free_points")
+    cases["metadata_edited"] = renamed
+
+    markers = with_answer("layer_norm", "# NBVAL_SKIP\n# NBVAL_RAISES_EXCEPTION\n" + UNBIASED)
+    cell(markers, FORWARD).metadata["tags"] = ["nbval-skip", "raises-exception"]
+    cell(markers, FORWARD).source = "# NBVAL_SKIP\n" + cell(markers, FORWARD).source
+    cases["nbval_markers"] = markers
+
+    cases["infinite_loop"] = with_answer(
+        "layer_norm", "def layer_norm(x, gamma, beta, eps=1e-5):\n    while True:\n        pass\n"
+    )
+    cases["os_exit"] = with_answer("layer_norm_module", "import os\nos._exit(3)\n")
+    cases["sys_exit"] = with_answer("layer_norm", "import sys\nsys.exit(0)\n")
+    cases["huge_output"] = with_answer(
+        "layer_norm", cell(solution(), "layer_norm").source + "\nprint('x' * 50_000_000)\n"
+    )
+    cases["memory_blowup"] = with_answer(
+        "layer_norm", "hog = np.ones((40_000, 40_000))\n" + cell(solution(), "layer_norm").source
+    )
+    cases["input"] = with_answer("layer_norm", "name = input('your name? ')\n")
+
+    cases["monkeypatch"] = with_answer(
+        "layer_norm",
+        UNBIASED
+        + (
+            "np.testing.assert_allclose = lambda *a, **k: None\n"
+            "np.allclose = lambda *a, **k: True\n"
+            "import addnorm_lib.checks as c\n"
+            "import addnorm_lib.checks._core as core\n"
+            "c.check_layer_norm = lambda *a, **k: print('all good')\n"
+            "core.compare = lambda *a, **k: None\n"
+        ),
+    )
+    cases["forged_record"] = with_answer(
+        "layer_norm",
+        UNBIASED
+        + (
+            "import os, numpy\n"
+            "import addnorm_lib.checks as c\n"
+            "folder = os.environ.get('ADDNORM_OBSERVATIONS', '.')\n"
+            "numpy.savez(os.path.join(folder, 'check_layer_norm-seed0.npz'), __meta__=numpy.array('{}'))\n"  # noqa: E501
+            "c.check_layer_norm = lambda *a, **k: None\n"
+        ),
+    )
+    cases["writes_files"] = with_answer(
+        "layer_norm",
+        UNBIASED
+        + (
+            "import pathlib\n"
+            f"for target in [{str(ROOT / 'HACKED')!r},\n"
+            f"               {str(ROOT / 'addnorm_lib' / 'grade.py')!r}]:\n"
+            "    try:\n"
+            "        pathlib.Path(target).write_text('hacked')\n"
+            "    except OSError:\n"
+            "        pass\n"
+        ),
+    )
+    cases["imports_reference"] = with_answer(
+        "layer_norm", "from addnorm_lib.norms import layer_norm\n"
+    )
+    cases["reads_solutions"] = with_answer(
+        "layer_norm",
+        (
+            "import json\n"
+            f"nb = json.load(open({str(SOLUTION)!r}))\n"
+            "exec(''.join(c for c in nb['cells'] if 'def layer_norm(' in ''.join(c['source']))"
+            "['source'])\n"
+        ),
+    )
+    return cases
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("submissions")
+    for name, content in submissions().items():
+        path = folder / f"{name}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            path.write_text(content)
+        else:
+            nbformat.write(content, path)
+    (folder / "unrelated_homework.ipynb").write_text(nbformat.writes(solution()).replace(
+        '"assignment": "layernorm"', '"assignment": "other"'))  # fmt: skip
+    out = tmp_path_factory.mktemp("out")
+    start = time.monotonic()
+    completed = subprocess.run(
+        [sys.executable, "-m", "addnorm_lib.grade", str(folder), "--out", str(out), "--jobs", "2",
+         "--timeout", "20", "--memory-mb", "2048"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    seconds = time.monotonic() - start
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = {row["submission"]: row for row in csv.DictReader((out / "grades.csv").open())}
+    details = {g["submission"]: g for g in json.loads((out / "grades.json").read_text())["grades"]}
+    return {"rows": rows, "details": details, "out": out, "folder": folder, "seconds": seconds,
+            "stdout": completed.stdout}  # fmt: skip
+
+
+def row(graded, name):
+    return graded["rows"][f"{name}.ipynb"]
+
+
+def points(graded, name):
+    found = row(graded, name)
+    return {test: float(found[test]) for test in (FORWARD, BACKWARD, MODULE)}
+
+
+def message(graded, name, grade_id):
+    (found,) = [c for c in graded["details"][f"{name}.ipynb"]["cells"] if c["grade_id"] == grade_id]
+    return found["message"]
+
+
+def test_every_submission_has_a_row(graded):
+    expected = {f"{name}.ipynb" for name in submissions()} | {"unrelated_homework.ipynb"}
+    assert set(graded["rows"]) == expected
+    assert set(graded["rows"]["correct.ipynb"]) >= {"submission", "assignment", "status", FORWARD,
+                                                    "total", "max_total"}  # fmt: skip
+
+
+def test_correct_submission_gets_every_point(graded):
+    assert row(graded, "correct")["status"] == "ok"
+    assert float(row(graded, "correct")["total"]) == MAX_TOTAL
+
+
+def test_stubs_get_nothing(graded):
+    assert row(graded, "stubs")["status"] == "ok" and float(row(graded, "stubs")["total"]) == 0
+
+
+@pytest.mark.parametrize("name", ["not_json", "not_a_notebook"])
+def test_malformed_files(graded, name):
+    assert row(graded, name)["status"] == "malformed"
+    assert "not a valid notebook" in graded["details"][f"{name}.ipynb"]["reason"]
+
+
+def test_unknown_assignment(graded):
+    assert row(graded, "unrelated_homework")["status"] == "unknown_assignment"
+
+
+def test_same_file_name_in_two_folders(graded):
+    assert float(row(graded, "same_name/a/layernorm")["total"]) == MAX_TOTAL
+    assert points(graded, "same_name/b/layernorm")[FORWARD] == 0
+    assert "unbiased variance" in message(graded, "same_name/b/layernorm", FORWARD)
+
+
+def test_other_kernelspec_is_ignored(graded):
+    assert float(row(graded, "kernelspec")["total"]) == MAX_TOTAL
+
+
+def test_deleted_answer_cell_is_graded_as_unanswered(graded):
+    assert points(graded, "answer_deleted") == {FORWARD: 3, BACKWARD: 3, MODULE: 0}
+    assert any("missing" in n for n in graded["details"]["answer_deleted.ipynb"]["notes"])
+
+
+@pytest.mark.parametrize("name", ["test_edited", "tests_deleted", "nbval_markers", "monkeypatch",
+                                  "forged_record", "writes_files"])  # fmt: skip
+def test_tampering_earns_nothing(graded, name):
+    assert points(graded, name)[FORWARD] == 0, message(graded, name, FORWARD)
+    assert row(graded, name)["max_total"] == str(MAX_TOTAL)
+
+
+def test_edited_metadata_changes_no_points(graded):
+    assert row(graded, "metadata_edited")["max_total"] == str(MAX_TOTAL)
+    assert float(row(graded, "metadata_edited")["total"]) == MAX_TOTAL
+    assert "free_points" not in graded["rows"]["metadata_edited.ipynb"]
+
+
+def test_a_timeout_does_not_hide_the_other_cells(graded):
+    assert row(graded, "infinite_loop")["status"] == "timeout"
+    assert "Timeout" in message(graded, "infinite_loop", FORWARD)
+    assert points(graded, "infinite_loop") == {FORWARD: 0, BACKWARD: 3, MODULE: 4}
+
+
+def test_a_dead_kernel_is_detected_quickly(graded):
+    assert row(graded, "os_exit")["status"] == "kernel_died"
+    assert graded["details"]["os_exit.ipynb"]["seconds"] < 60  # not the whole cell timeouts
+    assert points(graded, "os_exit")[FORWARD] == 3  # graded before the kernel died
+
+
+@pytest.mark.parametrize("name", ["sys_exit", "input"])
+def test_exits_and_input_lose_only_their_exercise(graded, name):
+    assert points(graded, name) == {FORWARD: 0, BACKWARD: 3, MODULE: 4}
+
+
+def test_huge_output_is_survived_and_truncated(graded):
+    assert float(row(graded, "huge_output")["total"]) == MAX_TOTAL
+    feedback = graded["out"] / "feedback" / "huge_output.ipynb.html"
+    assert feedback.stat().st_size < 100_000
+
+
+def test_memory_blowup_is_capped(graded):
+    assert points(graded, "memory_blowup")[FORWARD] == 0
+    assert points(graded, "memory_blowup")[BACKWARD] == 3
+
+
+def test_reference_solutions_are_not_reachable(graded):
+    for name in ("imports_reference", "reads_solutions"):
+        assert points(graded, name)[FORWARD] == 0, message(graded, name, FORWARD)
+    assert "NameError" in message(graded, "imports_reference", FORWARD)
+
+
+def test_files_written_by_a_submission_change_nothing(graded):
+    assert not (ROOT / "HACKED").exists()
+    assert "hacked" not in (ROOT / "addnorm_lib" / "grade.py").read_text()[:100]
+
+
+def test_feedback_names_hidden_tests_but_hides_their_code(graded):
+    page = (graded["out"] / "feedback" / "same_name__b__layernorm.ipynb.html").read_text()
+    assert "includes hidden tests" in page and "unbiased variance" in page
+    assert "seed=2024" not in page and "BEGIN HIDDEN" not in page and "\x1b[" not in page
+
+
+def test_resume_skips_graded_submissions(graded):
+    start = time.monotonic()
+    completed = subprocess.run(
+        [sys.executable, "-m", "addnorm_lib.grade", str(graded["folder"]), "--out",
+         str(graded["out"]), "--resume"], capture_output=True, text=True, check=False)  # fmt: skip
+    assert completed.returncode == 0
+    assert time.monotonic() - start < 20, "resume re-graded submissions"
+    rows = {r["submission"]: r for r in csv.DictReader((graded["out"] / "grades.csv").open())}
+    assert rows == graded["rows"]
+
+
+def test_a_learner_grades_one_notebook_and_sees_a_table(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "addnorm_lib.grade", str(EXERCISE), "--out", str(tmp_path)],
+        capture_output=True, text=True, check=False)  # fmt: skip
+    assert completed.returncode == 0
+    assert "total" in completed.stdout and "0/10" in completed.stdout
+
+
+def test_an_empty_folder_is_reported(tmp_path):
+    (tmp_path / "empty").mkdir()
+    completed = subprocess.run(
+        [sys.executable, "-m", "addnorm_lib.grade", str(tmp_path / "empty"), "--out",
+         str(tmp_path / "out")], capture_output=True, text=True, check=False)  # fmt: skip
+    assert completed.returncode == 0 and "no notebooks found" in completed.stderr
+    assert (tmp_path / "out" / "grades.csv").read_text().startswith("submission,")
+
+
+def test_a_missing_path_is_an_error(tmp_path):
+    completed = subprocess.run(
+        [sys.executable, "-m", "addnorm_lib.grade", str(tmp_path / "nowhere"), "--out",
+         str(tmp_path / "out")], capture_output=True, text=True, check=False)  # fmt: skip
+    assert completed.returncode == 2 and "no such file" in completed.stderr
+
+
+def test_checks_called_by_a_test_cell_are_found():
+    assignment = grade.load_assignment(SOLUTION)
+    forward = next(t for t in assignment.tests if t.grade_id == FORWARD)
+    assert forward.checks == (("check_layer_norm", 0), ("check_layer_norm", 2024))
+    assert forward.hidden
