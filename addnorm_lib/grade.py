@@ -48,6 +48,7 @@ from pathlib import Path
 import nbformat
 
 from addnorm_lib import release
+from addnorm_lib._pytest_runner import kill_marked, run_pytest
 from addnorm_lib.autograde import MESSAGE_LIMIT, clean_message
 from addnorm_lib.checks import CheckFailed
 from addnorm_lib.checks import _record as record
@@ -57,6 +58,8 @@ COURSE_ROOT = Path(__file__).resolve().parent.parent
 STATUSES = ("ok", "timeout", "kernel_died", "malformed", "unknown_assignment", "error")
 NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_\w+.*$", re.MULTILINE)
 KERNEL_NAME = "addnorm-graded"
+RUN_MARKER = "ADDNORM_SUBMISSION"
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -212,15 +215,14 @@ def hidden_paths(settings: Settings, outdir: Path) -> tuple[list[Path], list[Pat
     return [p for p in dict.fromkeys(folders) if p.is_dir()], [p for p in files if p.is_file()]
 
 
-def sandboxed(command: list[str], settings: Settings, outdir: Path) -> list[str]:
-    prefix = isolation()
-    if not prefix:
-        return command
+def hiding_mounts(settings: Settings, outdir: Path) -> list[list[str]]:
+    """mount commands that hide the references and the reports (empty when no namespace works)."""
+    if not isolation():
+        return []
     folders, files = hidden_paths(settings, outdir)
-    mounts = [f"mount -t tmpfs -o size=1m none {shlex.quote(str(p))}" for p in folders]
-    mounts += [f"mount --bind /dev/null {shlex.quote(str(p))}" for p in files]
-    script = " && ".join([*mounts, 'exec "$@"'])
-    return [*prefix, "--", "sh", "-c", script, "sh", *command]
+    return [["mount", "-t", "tmpfs", "-o", "size=1m", "none", str(p)] for p in folders] + [
+        ["mount", "--bind", "/dev/null", str(p)] for p in files
+    ]
 
 
 def kernel_argv(run_folder: Path) -> list[str]:
@@ -244,7 +246,8 @@ def kernel_argv(run_folder: Path) -> list[str]:
     for path in read_only:
         quoted = shlex.quote(str(path))
         steps += [f"mount --rbind {quoted} {quoted}", f"mount -o remount,bind,ro {quoted}"]
-    jail = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc", "--"]
+    jail = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child",
+            "--mount-proc", "--"]  # fmt: skip
     steps.append('exec "$@"')
     return [*isolation(), "--", "sh", "-c", " && ".join(steps), "sh", *jail, *kernel, "-f",
             "{connection_file}"]  # fmt: skip
@@ -275,19 +278,22 @@ def run_graded(graded, workdir: Path, settings: Settings, outdir: Path):
         record.OBSERVATIONS_ENV: str(sandbox / "observations"),
         "ADDNORM_MEMORY_MB": str(settings.memory_mb), "ADDNORM_FILE_MB": str(settings.file_mb),
     })  # fmt: skip
+    threads = str(max(1, (os.cpu_count() or 1) // settings.jobs))  # jobs kernels share the cores
+    env.update({name: threads for name in THREAD_VARIABLES})
     grades = private / "grades.json"
-    command = [
-        sys.executable, "-m", "pytest", str(notebook), "-c", str(private / "pytest.ini"),
+    env[RUN_MARKER] = str(workdir)  # finds this submission's processes, to clean up after it
+    arguments = [
+        str(notebook), "-c", str(private / "pytest.ini"), "-p", "nbval.plugin",
         "--nbval-lax", f"--nbval-kernel-name={KERNEL_NAME}",
         f"--nbval-cell-timeout={settings.cell_timeout}",
         "-p", "addnorm_lib._nbval_grades", f"--addnorm-grades={grades}",
         "-p", "no:cacheprovider", "-q", "--color=no", f"--rootdir={private}",
     ]  # fmt: skip
-    try:
-        subprocess.run(sandboxed(command, settings, outdir), cwd=private, env=env,
-                       capture_output=True, timeout=settings.notebook_timeout,
-                       check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only nbval and ours: faster, and nothing else
+    exit_code = run_pytest(arguments, private, env, hiding_mounts(settings, outdir),
+                           settings.notebook_timeout)  # fmt: skip
+    kill_marked(RUN_MARKER, str(workdir))
+    if exit_code is None:
         return None, True
     if not grades.exists():
         return None, False
