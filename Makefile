@@ -46,7 +46,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check addnorm_lib tests
+	$(BIN)/ruff format --check addnorm_lib tests benchmarks
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab exercises

@@ -1,6 +1,6 @@
 """Grade a folder of student notebooks: one command, robust to broken and hostile submissions.
 
-    python -m addnorm_lib.grade PATH [PATH ...] --out OUTDIR [--jobs N] [--timeout SECONDS]
+    python -m addnorm_lib.grade PATH [PATH ...] [--out OUTDIR] [--jobs N] [--timeout SECONDS]
                                 [--resume] [--source DIR]
 
 Each PATH is a submission notebook or a folder searched recursively for ``*.ipynb``. For every
@@ -530,7 +530,12 @@ def points_table(grade: Grade) -> str:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Grade student notebooks.")
     parser.add_argument("paths", nargs="+", type=Path, help="notebooks or folders of notebooks")
-    parser.add_argument("--out", type=Path, required=True, help="folder for the reports")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("grades"),
+        help="folder for the reports (default: ./grades)",
+    )
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per cell")
     parser.add_argument(

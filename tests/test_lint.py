@@ -16,7 +16,7 @@ def test_ruff_check_passes():
 
 
 def test_ruff_format_is_applied():
-    folders = [str(ROOT / "addnorm_lib"), str(ROOT / "tests")]
+    folders = [str(ROOT / name) for name in ("addnorm_lib", "tests", "benchmarks")]
     completed = subprocess.run([str(RUFF), "format", "--check", "--no-cache", *folders],
                                capture_output=True, text=True, check=False)  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
