@@ -527,6 +527,19 @@ def points_table(grade: Grade) -> str:
     return "\n".join(lines)
 
 
+def progress(done: int, total: int, grade: Grade) -> None:
+    """A progress bar on a terminal; one line per submission otherwise (logs, CI)."""
+    if sys.stderr.isatty():
+        width = 30
+        filled = width * done // max(total, 1)
+        end = "\n" if done == total else ""
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} graded", end=end,
+              file=sys.stderr, flush=True)  # fmt: skip
+        return
+    print(f"[{done}/{total}] {grade.submission}: {grade.status}, "
+          f"{grade.total:g}/{grade.max_total:g}", file=sys.stderr)  # fmt: skip
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="Grade student notebooks.")
     parser.add_argument("paths", nargs="+", type=Path, help="notebooks or folders of notebooks")
@@ -599,8 +612,7 @@ def main(argv=None) -> int:
             _atomic_write(outdir / "feedback" / f"{name}.html", feedback_html(grade))
             write_reports(outdir, list(grades.values()), assignments)
             done += 1
-            print(f"[{done}/{len(todo)}] {grade.submission}: {grade.status}, "
-                  f"{grade.total:g}/{grade.max_total:g}", file=sys.stderr)  # fmt: skip
+            progress(done, len(todo), grade)
     if len(submissions) == 1:
         print(points_table(next(iter(grades.values()))))
     else:

@@ -86,6 +86,17 @@ def submissions():
         "layer_norm", "hog = np.ones((40_000, 40_000))\n" + cell(solution(), "layer_norm").source
     )
     cases["input"] = with_answer("layer_norm", "name = input('your name? ')\n")
+    cases["stderr_warnings"] = with_answer(
+        "layer_norm",
+        cell(solution(), "layer_norm").source
+        + (
+            "\nimport sys, warnings\nwarnings.warn('a harmless warning')\n"
+            "print('noise on stderr', file=sys.stderr)\n"
+        ),
+    )
+    no_metadata = solution()
+    del no_metadata.metadata["addnorm"]
+    cases["hw3_layernorm_final"] = no_metadata
 
     cases["monkeypatch"] = with_answer(
         "layer_norm",
@@ -241,13 +252,42 @@ def test_a_timeout_does_not_hide_the_other_cells(graded):
 
 def test_a_dead_kernel_is_detected_quickly(graded):
     assert row(graded, "os_exit")["status"] == "kernel_died"
-    assert graded["details"]["os_exit.ipynb"]["seconds"] < 60  # not the whole cell timeouts
+    seconds = {
+        name: graded["details"][f"{name}.ipynb"]["seconds"] for name in ("os_exit", "correct")
+    }
+    assert seconds["os_exit"] < seconds["correct"] + 10, seconds  # not a 20 s cell timeout
     assert points(graded, "os_exit")[FORWARD] == 3  # graded before the kernel died
 
 
 @pytest.mark.parametrize("name", ["sys_exit", "input"])
 def test_exits_and_input_lose_only_their_exercise(graded, name):
     assert points(graded, name) == {FORWARD: 0, BACKWARD: 3, MODULE: 4}
+
+
+def test_warnings_on_stderr_cost_nothing(graded):
+    assert float(row(graded, "stderr_warnings")["total"]) == MAX_TOTAL
+
+
+def test_the_file_name_names_the_assignment_when_metadata_does_not(graded):
+    assert row(graded, "hw3_layernorm_final")["assignment"] == "layernorm"
+    assert float(row(graded, "hw3_layernorm_final")["total"]) == MAX_TOTAL
+
+
+def test_the_notebook_wall_clock_limit_stops_a_submission_and_its_kernel(tmp_path):
+    loop = with_answer("layer_norm", "while True:\n    pass\n")
+    nbformat.write(loop, tmp_path / "layernorm.ipynb")
+    completed = subprocess.run(
+        [sys.executable, "-m", "addnorm_lib.grade", str(tmp_path / "layernorm.ipynb"), "--out",
+         str(tmp_path / "out"), "--timeout", "60", "--notebook-timeout", "8"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    (found,) = json.loads((tmp_path / "out" / "grades.json").read_text())["grades"]
+    assert found["status"] == "timeout" and "wall-clock" in found["reason"]
+    assert found["seconds"] < 30
+    survivors = subprocess.run(["pgrep", "-f", "addnorm_lib._graded_kernel"], capture_output=True,
+                               text=True, check=False).stdout.split()  # fmt: skip
+    assert not survivors, f"kernels left running: {survivors}"
 
 
 def test_huge_output_is_survived_and_truncated(graded):
