@@ -4,7 +4,7 @@
 - :mod:`addnorm_lib.nn`: torch modules with ``torch.nn``'s signatures, built on hand-written math.
 - :mod:`addnorm_lib.checks`: the self-checks that exercises and graded tests call.
 - :mod:`addnorm_lib.release`: generates ``exercises/`` from ``solutions/``.
-- :mod:`addnorm_lib.autograde`: runs a notebook under nbval and scores its graded cells.
+- :mod:`addnorm_lib.grade`: grades notebooks (one, or a folder of them) with nbval, tamper-proof.
 """
 
 __version__ = "0.1.0"

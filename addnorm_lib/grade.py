@@ -49,13 +49,16 @@ import nbformat
 
 from addnorm_lib import release
 from addnorm_lib._pytest_runner import kill_marked, run_pytest
-from addnorm_lib.autograde import MESSAGE_LIMIT, clean_message
 from addnorm_lib.checks import CheckFailed
 from addnorm_lib.checks import _record as record
 from addnorm_lib.checks.layernorm import JUDGES
 
 COURSE_ROOT = Path(__file__).resolve().parent.parent
 STATUSES = ("ok", "timeout", "kernel_died", "malformed", "unknown_assignment", "error")
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# The traceback line that names the exception: "ValueError: ...", "CheckFailed: ..."
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Exit|Interrupt|Warning)\b")
+MESSAGE_LIMIT = 2000  # characters of a failure message kept in a report
 NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_\w+.*$", re.MULTILINE)
 KERNEL_NAME = "addnorm-graded"
 RUN_MARKER = "ADDNORM_SUBMISSION"
@@ -304,6 +307,17 @@ def run_graded(graded, workdir: Path, settings: Settings, outdir: Path):
 # Judging
 
 
+def clean_message(report: str, limit: int = MESSAGE_LIMIT) -> str:
+    """The exception line(s) of an nbval failure report, without ANSI codes, truncated to limit."""
+    text = ANSI_ESCAPE.sub("", report)
+    lines = text.rstrip().split("\n")
+    starts = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
+    message = "\n".join(lines[starts[-1] :]) if starts else text.strip()
+    if len(message) > limit:
+        message = message[:limit] + f"\n... ({len(message) - limit} more characters)"
+    return message
+
+
 @dataclass
 class CellGrade:
     grade_id: str
@@ -437,6 +451,15 @@ def grade_submission(submission_id: str, path: Path, assignments: dict, settings
 
 # ----------------------------------------------------------------------------------------------
 # Submissions and reports
+
+
+def grade_one(path: Path, source: Path = COURSE_ROOT / "solutions", **options) -> Grade:
+    """Grade a single notebook against the instructor's notebooks in ``source``."""
+    settings = Settings(source, **options)
+    with (tempfile.TemporaryDirectory(prefix="addnorm-grading-") as run_folder,
+          tempfile.TemporaryDirectory(prefix="addnorm-reports-") as outdir):  # fmt: skip
+        return grade_submission(Path(path).name, Path(path), load_assignments(source), settings,
+                                Path(outdir), Path(run_folder))  # fmt: skip
 
 
 def discover(paths: list[Path]) -> list[tuple[str, Path]]:

@@ -3,11 +3,14 @@
 One grading run over a folder of generated submissions (module fixture); each test reads its row.
 """
 
+import contextlib
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -276,18 +279,24 @@ def test_the_file_name_names_the_assignment_when_metadata_does_not(graded):
 def test_the_notebook_wall_clock_limit_stops_a_submission_and_its_kernel(tmp_path):
     loop = with_answer("layer_norm", "while True:\n    pass\n")
     nbformat.write(loop, tmp_path / "layernorm.ipynb")
+    (tmp_path / "tmp").mkdir()
     completed = subprocess.run(
         [sys.executable, "-m", "addnorm_lib.grade", str(tmp_path / "layernorm.ipynb"), "--out",
          str(tmp_path / "out"), "--timeout", "60", "--notebook-timeout", "8"],
         capture_output=True, text=True, check=False,
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},  # this run's processes carry it
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     (found,) = json.loads((tmp_path / "out" / "grades.json").read_text())["grades"]
     assert found["status"] == "timeout" and "wall-clock" in found["reason"]
     assert found["seconds"] < 30
-    survivors = subprocess.run(["pgrep", "-f", "addnorm_lib._graded_kernel"], capture_output=True,
-                               text=True, check=False).stdout.split()  # fmt: skip
-    assert not survivors, f"kernels left running: {survivors}"
+    marker = str(tmp_path / "tmp").encode()
+    survivors = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes():
+                survivors.append(entry.name)
+    assert not survivors, f"processes of the graded notebook left running: {survivors}"
 
 
 def test_huge_output_is_survived_and_truncated(graded):

@@ -1,8 +1,9 @@
 """Mutation tests: the graded cells must reject the usual wrong implementations.
 
 Each mutant is the solution notebook with one answer cell edited the way a learner might get it
-wrong. The notebook runs through the same nbval grading path as a submission; the mutant must lose
-the points of exactly the test cells it should, with a failure message that names the mistake.
+wrong. It is graded as a submission, by the grader itself (nbval in a jailed kernel, judged outside
+it); the mutant must lose the points of exactly the test cells it should, with a failure message
+that names the mistake.
 """
 
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ import nbformat
 import pytest
 from conftest import ROOT
 
-from addnorm_lib import autograde
+from addnorm_lib import grade
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +109,8 @@ def test_mutant_names_are_unique():
 def test_mutant_loses_points_with_a_specific_message(mutant, tmp_path):
     path = tmp_path / "layernorm.ipynb"
     nbformat.write(mutate(nbformat.read(SOLUTION, as_version=4), mutant), path)
-    result = autograde.run_notebook(path)
+    result = grade.grade_one(path)
+    assert result.status == "ok", result.reason
     failed = {cell.grade_id for cell in result.cells if cell.status != "passed"}
     assert result.total < result.max_total, f"{mutant.name} kept every point"
     assert failed == mutant.fails, f"{mutant.name}: expected {sorted(mutant.fails)} to fail"
