@@ -196,16 +196,26 @@ class Settings:
     file_mb: int = 64
 
 
+JAIL = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount-proc"]
+
+
 @cache
 def isolation() -> list[str]:
-    """The unshare prefix that gives a private mount namespace here, or [] if none works."""
-    attempts = [["unshare", "--mount", "--propagation", "private"]]
+    """The unshare prefix of a private mount namespace, or [] if the whole jail cannot be built.
+
+    Probed once with everything the kernel's jail needs (a tmpfs mount, then nested user and PID
+    namespaces), so that a machine that allows only part of it grades without a jail (and says
+    so) instead of failing every kernel.
+    """
+    prefix = ["unshare", "--mount", "--propagation", "private"]
     if os.getuid() != 0:
-        attempts = [["unshare", "--map-root-user", "--mount", "--propagation", "private"]]
-    for prefix in attempts:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            if subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0:
-                return prefix
+        prefix = ["unshare", "--map-root-user", "--mount", "--propagation", "private"]
+    probe = f"mount -t tmpfs -o size=1m none /dev/shm && exec {shlex.join(JAIL)} -- true"
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        completed = subprocess.run([*prefix, "--", "sh", "-c", probe], capture_output=True,
+                                   timeout=10, check=False)  # fmt: skip
+        if completed.returncode == 0:
+            return prefix
     return []
 
 
@@ -249,10 +259,8 @@ def kernel_argv(run_folder: Path) -> list[str]:
     for path in read_only:
         quoted = shlex.quote(str(path))
         steps += [f"mount --rbind {quoted} {quoted}", f"mount -o remount,bind,ro {quoted}"]
-    jail = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child",
-            "--mount-proc", "--"]  # fmt: skip
     steps.append('exec "$@"')
-    return [*isolation(), "--", "sh", "-c", " && ".join(steps), "sh", *jail, *kernel, "-f",
+    return [*isolation(), "--", "sh", "-c", " && ".join(steps), "sh", *JAIL, "--", *kernel, "-f",
             "{connection_file}"]  # fmt: skip
 
 

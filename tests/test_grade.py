@@ -367,3 +367,13 @@ def test_checks_called_by_a_test_cell_are_found():
     forward = next(t for t in assignment.tests if t.grade_id == FORWARD)
     assert forward.checks == (("check_layer_norm", 0), ("check_layer_norm", 2024))
     assert forward.hidden
+
+
+def test_without_namespaces_grading_still_works(monkeypatch):
+    """Where namespaces are not allowed there is no jail, but the grades are the same."""
+    monkeypatch.setattr(grade, "isolation", lambda: [])
+    assert grade.kernel_argv(ROOT)[:3] == [sys.executable, "-m", "addnorm_lib._graded_kernel"]
+    result = grade.grade_one(SOLUTION)
+    assert result.status == "ok" and result.total == MAX_TOTAL
+    stubs = grade.grade_one(EXERCISE)
+    assert stubs.status == "ok" and stubs.total == 0
