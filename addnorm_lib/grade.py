@@ -140,10 +140,9 @@ def load_assignments(source: Path) -> dict[str, Assignment]:
 
 def identify(nb, path: Path, assignments: dict) -> str | None:
     """The submission's assignment: its metadata if known, else a name found in its file name."""
-    declared = nb.metadata.get("addnorm", {}).get("assignment") if isinstance(
-        nb.metadata.get("addnorm"), dict) else None  # fmt: skip
-    if declared in assignments:
-        return declared
+    declared = nb.metadata.get("addnorm")  # the student's file: may hold anything
+    if isinstance(declared, dict) and declared.get("assignment") in assignments:
+        return declared["assignment"]
     tokens = set(re.split(r"[^a-z0-9]+", path.stem.lower()))
     found = [name for name in assignments if name.lower() in tokens]
     return found[0] if len(found) == 1 else None

@@ -247,14 +247,9 @@ def _torch_norms_forbidden():
         yield
 
 
-def _recorded(step):
-    """Run one probe step; an exception becomes an Observation with the error."""
-    try:
-        return Observation(plain(step()), "dict")
-    except NotImplementedError as err:
-        return Observation(error=f"NotImplementedError: {err}", not_implemented=True)
-    except Exception as err:
-        return Observation(error=f"{type(err).__name__}: {err}")
+def _recorded(step) -> Observation:
+    """Run one probe step (no arguments) and record what it returned or raised."""
+    return observe(step, (), {})
 
 
 def probe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
