@@ -3,7 +3,7 @@
 The grader's kernelspec starts ``python -m addnorm_lib._graded_kernel -f {connection_file}``.
 Limits come from the environment: ``ADDNORM_MEMORY_MB`` caps the address space (a memory blow-up
 raises MemoryError or kills this kernel, never the grader), ``ADDNORM_FILE_MB`` caps the size of any
-file it writes.
+file it writes. Warm kernels (``_warm_kernels``) set the same limits after their fork.
 """
 
 import os
@@ -16,13 +16,18 @@ def _limit(kind: int, megabytes: str | None) -> None:
         resource.setrlimit(kind, (size, size))
 
 
-def main() -> None:
+def set_limits() -> None:
     _limit(resource.RLIMIT_AS, os.environ.get("ADDNORM_MEMORY_MB"))
     _limit(resource.RLIMIT_FSIZE, os.environ.get("ADDNORM_FILE_MB"))
+
+
+def run() -> None:
+    """ipykernel with this process's sys.argv (``-f CONNECTION_FILE``)."""
     from ipykernel import kernelapp
 
     kernelapp.launch_new_instance()
 
 
 if __name__ == "__main__":
-    main()
+    set_limits()
+    run()

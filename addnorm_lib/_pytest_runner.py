@@ -8,6 +8,7 @@ packages takes about three seconds, which would otherwise be paid again for ever
 
 import ctypes
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import subprocess
@@ -24,6 +25,12 @@ def context():
         _context = multiprocessing.get_context("forkserver")
         _context.set_forkserver_preload(PRELOAD)
     return _context
+
+
+def start_fork_server() -> None:
+    """Start the fork server now, so that its imports overlap other start-up work."""
+    context()
+    multiprocessing.forkserver.ensure_running()
 
 
 def enter_private_mounts(mounts: list[list[str]]) -> None:

@@ -13,8 +13,10 @@ submission the grader
    student's answer cells (matched by ``grade_id``, else by cell id) put in. Nothing the student
    wrote outside answer cells runs;
 3. runs it with ``pytest --nbval-lax`` in its own process and temporary folder, in a kernel with a
-   memory cap, a per-cell timeout and a per-notebook wall-clock limit; as root, the kernel runs as
-   ``nobody`` in a mount namespace where the reference solutions do not exist;
+   memory cap, a per-cell timeout and a per-notebook wall-clock limit; where Linux namespaces
+   work, the kernel runs in a jail (mount, user and PID namespaces) where the reference solutions
+   do not exist. When grading several notebooks, kernels are forked, already warm, from a
+   process that has imported numpy and torch once (``_warm_kernels``);
 4. decides the points outside the kernel: the checks in a test cell only *record* what the student's
    code returned, and this process *judges* the records. Code in the notebook can make a test cell
    fail, but cannot make it pass.
@@ -47,8 +49,8 @@ from pathlib import Path
 
 import nbformat
 
-from addnorm_lib import release
-from addnorm_lib._pytest_runner import kill_marked, run_pytest
+from addnorm_lib import _warm_kernels, release
+from addnorm_lib._pytest_runner import kill_marked, run_pytest, start_fork_server
 from addnorm_lib.checks import CheckFailed
 from addnorm_lib.checks import _record as record
 from addnorm_lib.checks.layernorm import JUDGES
@@ -244,10 +246,17 @@ def kernel_argv(run_folder: Path) -> list[str]:
     submission's files and the grader's private results) is hidden, then the kernel's own folder
     (its working directory) is mounted back at its path; the course and Python are read-only; the
     grading processes are invisible; and the hiding mounts cannot be undone from inside.
+
+    When the run has a zygote (``warm_kernels``), the jail's kernel is a fork of it, with numpy
+    and torch already imported; otherwise a fresh ``_graded_kernel`` process.
     """
     kernel = [sys.executable, "-m", "addnorm_lib._graded_kernel"]
     if not isolation():
         return [*kernel, "-f", "{connection_file}"]
+    zygote = run_folder / ZYGOTE_SOCKET
+    warm_script = [sys.executable, "-I", "-S", _warm_kernels.__file__]
+    if zygote.exists():
+        kernel = [*warm_script, "standin", _warm_kernels.FD_PLACEHOLDER]
     read_only = dict.fromkeys([COURSE_ROOT, Path(sys.prefix), Path(sys.base_prefix)])
     own, stage = '"$own"', "/dev/shm/own"  # a private tmpfs on /dev/shm stages the re-mount
     steps = ['own="$PWD"', "mount -t tmpfs -o size=64m none /dev/shm", f"mkdir {stage}",
@@ -259,8 +268,48 @@ def kernel_argv(run_folder: Path) -> list[str]:
         quoted = shlex.quote(str(path))
         steps += [f"mount --rbind {quoted} {quoted}", f"mount -o remount,bind,ro {quoted}"]
     steps.append('exec "$@"')
-    return [*isolation(), "--", "sh", "-c", " && ".join(steps), "sh", *JAIL, "--", *kernel, "-f",
-            "{connection_file}"]  # fmt: skip
+    jailed = [*isolation(), "--", "sh", "-c", " && ".join(steps), "sh", *JAIL, "--", *kernel, "-f",
+              "{connection_file}"]  # fmt: skip
+    return [*warm_script, "launch", str(zygote), "--", *jailed] if zygote.exists() else jailed
+
+
+ZYGOTE_SOCKET = "zygote.sock"
+
+
+@contextlib.contextmanager
+def warm_kernels(run_folder: Path, settings: Settings, outdir: Path):
+    """Run a zygote for this grading run; yields a dict of its ``pid`` and, at exit, ``forked``.
+
+    Kernels started while it runs are forks of it (see ``_warm_kernels``). If it cannot start,
+    kernels start cold, as they do without it.
+    """
+    stats = {"forked": 0}
+    folders, files = hidden_paths(settings, outdir)
+    command = [sys.executable, "-m", "addnorm_lib._warm_kernels", "serve",
+               str(run_folder / ZYGOTE_SOCKET), *map(str, folders + files)]  # fmt: skip
+    process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               env=kernel_environment(settings),
+                               cwd=run_folder, text=True, start_new_session=True)  # fmt: skip
+    stats["pid"] = process.pid
+    try:
+        if process.stdout.readline().strip() != "ready":
+            print("warning: warm kernels unavailable; starting each kernel afresh", file=sys.stderr)
+        yield stats
+    finally:
+        try:
+            output, _ = process.communicate(timeout=30)  # closing its stdin stops it
+            stats["forked"] = int(output.split()[-1]) if output.startswith("forked") else 0
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def kernel_environment(settings: Settings) -> dict:
+    """The environment graded kernels start from: the grader's, minus its own settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "ADDNORM"))}
+    threads = str(max(1, (os.cpu_count() or 1) // settings.jobs))  # jobs kernels share the cores
+    env.update({name: threads for name in THREAD_VARIABLES})
+    return env
 
 
 def write_kernelspec(folder: Path, run_folder: Path) -> None:
@@ -280,7 +329,7 @@ def run_graded(graded, workdir: Path, settings: Settings, outdir: Path):
     notebook = sandbox / "graded.ipynb"
     nbformat.write(graded, notebook)
     (private / "pytest.ini").write_text("[pytest]\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "ADDNORM"))}
+    env = kernel_environment(settings)
     env.update({
         "JUPYTER_PATH": str(private), "JUPYTER_RUNTIME_DIR": str(sandbox / "runtime"),
         "HOME": str(sandbox), "IPYTHONDIR": str(sandbox / ".ipython"),
@@ -288,8 +337,6 @@ def run_graded(graded, workdir: Path, settings: Settings, outdir: Path):
         record.OBSERVATIONS_ENV: str(sandbox / "observations"),
         "ADDNORM_MEMORY_MB": str(settings.memory_mb), "ADDNORM_FILE_MB": str(settings.file_mb),
     })  # fmt: skip
-    threads = str(max(1, (os.cpu_count() or 1) // settings.jobs))  # jobs kernels share the cores
-    env.update({name: threads for name in THREAD_VARIABLES})
     grades = private / "grades.json"
     env[RUN_MARKER] = str(workdir)  # finds this submission's processes, to clean up after it
     arguments = [
@@ -370,8 +417,7 @@ def judge_checks(test: TestCell, observations: Path) -> str | None:
                     "check was switched off.")  # fmt: skip
         try:
             data = record.load(path)
-            with contextlib.redirect_stdout(io.StringIO()):
-                JUDGES[name](data, seed)
+            JUDGES[name](data, seed)  # raises CheckFailed, or returns the learner's summary
         except CheckFailed as failure:
             return f"CheckFailed: {failure}"
         except Exception as err:  # a tampered or truncated record
@@ -630,10 +676,16 @@ def main(argv=None) -> int:
     write_reports(outdir, list(grades.values()), assignments)
 
     done = 0
-    with (tempfile.TemporaryDirectory(prefix="addnorm-grading-") as run_folder,
-          ThreadPoolExecutor(max_workers=settings.jobs) as pool):  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        run_folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="addnorm-grading-"))
+        run_folder = Path(run_folder)
+        warm = {"forked": 0}
+        start_fork_server()  # its imports run while the zygote's do
+        if isolation() and len(todo) > 1:  # a zygote pays for itself from the second kernel on
+            warm = stack.enter_context(warm_kernels(run_folder, settings, outdir))
+        pool = stack.enter_context(ThreadPoolExecutor(max_workers=settings.jobs))
         futures = [pool.submit(grade_submission, sid, path, assignments, settings, outdir,
-                               Path(run_folder)) for sid, path in todo]  # fmt: skip
+                               run_folder) for sid, path in todo]  # fmt: skip
         for future in as_completed(futures):
             grade = future.result()
             grades[grade.submission] = grade
@@ -649,7 +701,7 @@ def main(argv=None) -> int:
         counts = {s: sum(g.status == s for g in grades.values()) for s in STATUSES}
         print(f"graded {len(grades)} submissions: "
               + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-              + f"; reports in {outdir}")  # fmt: skip
+              + f"; {warm['forked']} warm kernels; reports in {outdir}")  # fmt: skip
     return 0
 
 

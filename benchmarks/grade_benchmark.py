@@ -8,6 +8,9 @@ builds the graded notebooks the grader would build, and times
 (a) the floor: plainly executing those graded notebooks with nbclient, J at a time;
 (b) the grader: ``python -m addnorm_lib.grade`` on the submissions with ``--jobs J``;
 (c) the baseline: one sequential ``pytest --nbval-lax`` over the graded notebooks.
+
+(a) and (c) start every kernel from scratch; (b) forks warm kernels from a zygote (see
+``addnorm_lib/_warm_kernels.py``), which is why it can beat (a).
 """
 
 import argparse

@@ -200,6 +200,13 @@ def test_every_submission_has_a_row(graded):
                                                     "total", "max_total"}  # fmt: skip
 
 
+@pytest.mark.skipif(not grade.isolation(), reason="warm kernels need namespaces")
+def test_every_notebook_ran_in_a_warm_kernel(graded):
+    executed = [r for r in graded["rows"].values()
+                if r["status"] not in ("malformed", "unknown_assignment")]  # fmt: skip
+    assert f"; {len(executed)} warm kernels;" in graded["stdout"], graded["stdout"]
+
+
 def test_correct_submission_gets_every_point(graded):
     assert row(graded, "correct")["status"] == "ok"
     assert float(row(graded, "correct")["total"]) == MAX_TOTAL

@@ -240,8 +240,6 @@ def compare(
     )
 
 
-def passed(name: str, cases: Sequence[Case]) -> None:
-    """Tell the learner which inputs their code got right."""
-    print(f"✓ {name} passed {len(cases)} checks:")
-    for case in cases:
-        print(f"    - {case.description}")
+def passed(name: str, checked: Sequence[str]) -> str:
+    """The summary a passing check prints: which inputs and properties the code got right."""
+    return "\n".join([f"✓ {name} passed {len(checked)} checks:", *(f"    - {c}" for c in checked)])

@@ -92,4 +92,4 @@ def run_check(check_name: str, probe, judge, target, seed: int) -> None:
         save(observation_path(folder, check_name, seed), observations)
         print(f"{check_name}: recorded for grading")
         return
-    judge(observations, seed)
+    print(judge(observations, seed))

@@ -94,8 +94,11 @@ def probe_layer_norm(layer_norm, seed: int = 0) -> list[Observation]:
             for c in layer_norm_cases(seed)]  # fmt: skip
 
 
-def judge_layer_norm(observations: list[Observation], seed: int = 0) -> None:
-    """Compare recorded ``layer_norm`` results with the reference (float64, cast back)."""
+def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``layer_norm`` results with the reference (float64, cast back).
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     __tracebackhide__ = True
     from addnorm_lib import mistakes, norms
 
@@ -112,7 +115,7 @@ def judge_layer_norm(observations: list[Observation], seed: int = 0) -> None:
             mistakes=mistakes.LAYER_NORM_MISTAKES, mistake_args=(*case.args, case.kwargs["eps"]),
             type_name=observation.type_name,
         )  # fmt: skip
-    passed("layer_norm", cases)
+    return passed("layer_norm", [case.description for case in cases])
 
 
 def check_layer_norm(layer_norm, seed: int = 0) -> None:
@@ -153,7 +156,7 @@ def probe_layer_norm_backward(layer_norm_backward, seed: int = 0) -> list[Observ
             for c in layer_norm_backward_cases(seed)]  # fmt: skip
 
 
-def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) -> None:
+def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) -> str:
     __tracebackhide__ = True
     from addnorm_lib import mistakes, norms
 
@@ -178,7 +181,7 @@ def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) ->
                 mistakes=known[index], mistake_args=mistake_args,
                 pick=lambda out, i=index: out[i],
             )  # fmt: skip
-    passed("layer_norm_backward", cases)
+    return passed("layer_norm_backward", [case.description for case in cases])
 
 
 def check_layer_norm_backward(layer_norm_backward, seed: int = 0) -> None:
@@ -395,7 +398,7 @@ def _judge_forward(observations, reference, key, description, atol=1e-8, mistake
             mistake_args=mistake_args, type_name=observation.type_name)  # fmt: skip
 
 
-def judge_layer_norm_module(observations: dict, seed: int = 0) -> None:
+def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
     """Compare a recorded LayerNorm module with torch.nn.LayerNorm probed the same way."""
     __tracebackhide__ = True
     reference = _reference_module_observations(seed)
@@ -449,9 +452,7 @@ def judge_layer_norm_module(observations: dict, seed: int = 0) -> None:
              f"{observations['round_trip'].error}")  # fmt: skip
     checked.append("its state_dict loads into torch.nn.LayerNorm")
 
-    print(f"✓ LayerNorm passed {len(checked)} checks:")
-    for item in checked:
-        print(f"    - {item}")
+    return passed("LayerNorm", checked)
 
 
 def check_layer_norm_module(cls, seed: int = 0) -> None:

@@ -1,0 +1,207 @@
+"""Warm kernels: forks of a zygote, jailed like cold kernels, and just as observable to Jupyter.
+
+Each test starts graded kernels the way nbval does (a KernelManager on the grader's kernelspec)
+while a zygote runs, and checks what a kernel is, sees and survives.
+"""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from jupyter_client import KernelManager
+from jupyter_client.kernelspec import KernelSpecManager
+
+from addnorm_lib import grade
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not grade.isolation(), reason="warm kernels need namespaces"),
+]
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    run_folder = tmp_path_factory.mktemp("run")
+    settings = grade.Settings(grade.COURSE_ROOT / "solutions", jobs=2)
+    with grade.warm_kernels(run_folder, settings, tmp_path_factory.mktemp("out")) as stats:
+        assert (run_folder / grade.ZYGOTE_SOCKET).exists(), "the zygote did not start"
+        yield {"run_folder": run_folder, "stats": stats}
+
+
+class Kernel:
+    """A graded kernel started as nbval starts it, with a few helpers."""
+
+    def __init__(self, run_folder: Path, name: str):
+        work = run_folder / name
+        for folder in ("private", "sandbox/runtime"):
+            (work / folder).mkdir(parents=True)
+        grade.write_kernelspec(work / "private", run_folder)
+        specs = KernelSpecManager(kernel_dirs=[str(work / "private" / "kernels")])
+        self.manager = KernelManager(kernel_name=grade.KERNEL_NAME, kernel_spec_manager=specs)
+        self.manager.connection_file = str(work / "sandbox" / "runtime" / "kernel.json")
+        self.manager.start_kernel(cwd=str(work / "sandbox"))
+        self.client = self.manager.client()
+        self.client.start_channels()
+        self.client.wait_for_ready(timeout=60)
+
+    def run(self, code: str, timeout: float = 30) -> tuple[str, str]:
+        """(status, printed text) of executing code."""
+        printed = []
+
+        def keep(msg):
+            content = msg["content"]
+            printed.append(content.get("text", "") or content.get("ename", ""))
+
+        reply = self.client.execute_interactive(code, timeout=timeout, output_hook=keep)
+        return reply["content"]["status"], "".join(printed)
+
+    def dies_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while self.manager.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self.manager.is_alive()
+
+    def stop(self):
+        self.client.stop_channels()
+        self.manager.shutdown_kernel(now=True)
+
+
+@pytest.fixture
+def kernel(zygote, request):
+    started = Kernel(zygote["run_folder"], request.node.name.replace("[", "_").replace("]", ""))
+    yield started
+    started.stop()
+
+
+def zygote_children(zygote) -> set[int]:
+    """PIDs of the zygote's children (each warm kernel's waiting parent)."""
+    children = set()
+    for task in Path(f"/proc/{zygote['stats']['pid']}/task").iterdir():
+        children |= {int(c) for c in (task / "children").read_text().split()}
+    return children
+
+
+def test_a_warm_kernel_starts_with_torch_imported_and_no_reference(kernel):
+    status, printed = kernel.run(
+        "import sys\nprint('torch' in sys.modules, sorted(m for m in sys.modules "
+        "if m.split('.')[-1] in ('norms', 'nn', 'mistakes') and m.startswith('addnorm')))"
+    )
+    assert (status, printed.strip()) == ("ok", "True []")  # the batch test tries to import them
+
+
+def test_a_warm_kernel_sees_only_its_jail(kernel, zygote):
+    socket_path = zygote["run_folder"] / grade.ZYGOTE_SOCKET
+    course = str(grade.COURSE_ROOT)
+    status, printed = kernel.run(
+        "import os\n"
+        f"print(os.path.exists({str(socket_path)!r}), os.access({course!r}, os.W_OK))\n"
+        "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+    )
+    assert status == "ok"
+    exists_line, pids_line = printed.strip().split("\n")
+    assert exists_line == "False False"
+    assert max(eval(pids_line)) < 50, pids_line  # only the jail's own processes
+
+
+def test_an_interrupt_reaches_a_warm_kernel(kernel):
+    kernel.client.execute("import time\nwhile True:\n    time.sleep(0.01)")
+    time.sleep(1.0)
+    kernel.manager.interrupt_kernel()
+    reply = kernel.client.get_shell_msg(timeout=10)
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    assert kernel.run("print('alive')") == ("ok", "alive\n")
+
+
+def test_a_dead_warm_kernel_is_seen_at_once_with_its_exit_code(kernel):
+    kernel.client.execute("import os\nos._exit(3)")
+    assert kernel.dies_within(5)
+    assert kernel.manager.provisioner.process.returncode == 3
+
+
+def test_killing_its_process_group_harms_no_other_kernel(zygote, kernel):
+    other = Kernel(zygote["run_folder"], "bystander")
+    try:
+        kernel.client.execute("import os, signal\nos.killpg(0, signal.SIGKILL)")
+        assert kernel.dies_within(5)
+        assert other.run("print(1 + 1)") == ("ok", "2\n")
+        assert zygote_children(zygote)  # the zygote lives on
+    finally:
+        other.stop()
+
+
+def test_a_killed_jail_leaves_no_process_behind(zygote):
+    before = zygote_children(zygote)
+    doomed = Kernel(zygote["run_folder"], "doomed")
+    doomed.client.execute("import subprocess\nsubprocess.Popen(['sleep', '600.25'])")
+    time.sleep(0.5)
+    assert zygote_children(zygote) - before
+    assert processes_running("600.25")
+    doomed.manager.shutdown_kernel(now=True)  # a kill, as nbval stops its kernels
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and (
+        zygote_children(zygote) - before or processes_running("600.25")
+    ):
+        time.sleep(0.05)
+    assert not zygote_children(zygote) - before
+    assert not processes_running("600.25")
+    doomed.client.stop_channels()
+
+
+def processes_running(argument: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and argument.encode() in (proc / "cmdline").read_bytes():
+                found.append(proc.name)
+        except OSError:
+            continue
+    return found
+
+
+def test_without_a_zygote_the_stand_in_starts_a_cold_kernel(tmp_path):
+    (tmp_path / grade.ZYGOTE_SOCKET).touch()  # a socket file nobody listens on
+    cold = Kernel(tmp_path, "cold")
+    try:
+        assert cold.run("import sys\nprint('torch' in sys.modules)") == ("ok", "False\n")
+        assert cold.run("import torch\nprint(torch.ones(2).sum().item())") == ("ok", "2.0\n")
+    finally:
+        cold.stop()
+
+
+def test_the_zygote_refuses_to_preload_a_hidden_file(tmp_path):
+    import numpy
+
+    completed = _run_zygote(tmp_path, [os.path.dirname(numpy.__file__)])
+    assert completed.returncode != 0 and "hidden" in completed.stderr
+    assert not (tmp_path / "zygote.sock").exists()
+
+
+def _run_zygote(folder: Path, hidden: list[str]):
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-m", "addnorm_lib._warm_kernels", "serve", str(folder / "zygote.sock"),
+         *hidden], input="", capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_the_zygote_stops_when_its_grader_goes(tmp_path):
+    completed = _run_zygote(tmp_path, [])  # stdin closes at once, as when the grader dies
+    assert completed.returncode == 0 and completed.stdout.split() == ["ready", "forked", "0"]
+    assert not (tmp_path / "zygote.sock").exists()
+
+
+def test_no_warm_kernel_outlives_its_zygote(tmp_path):
+    settings = grade.Settings(grade.COURSE_ROOT / "solutions", jobs=1)
+    with grade.warm_kernels(tmp_path, settings, tmp_path / "out"):
+        orphan = Kernel(tmp_path, "orphan")
+        orphan.client.execute("import subprocess\nsubprocess.Popen(['sleep', '600.5'])")
+        time.sleep(0.5)
+        assert processes_running("600.5")
+    try:
+        assert orphan.dies_within(5)
+        assert not processes_running("600.5")
+    finally:
+        orphan.stop()
