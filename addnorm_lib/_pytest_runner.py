@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PRELOAD = ["pytest", "nbval.plugin", "nbformat", "jupyter_client", "addnorm_lib._nbval_grades"]
 _context = None
 
@@ -27,10 +28,22 @@ def context():
     return _context
 
 
+def single_threaded(env: dict) -> dict:
+    """env with one-thread math libraries: only a single-threaded process may enter a user
+    namespace, and a thread pool started at import (OpenBLAS's) is re-created in forks."""
+    return {**env, **dict.fromkeys(THREAD_VARIABLES, "1")}
+
+
 def start_fork_server() -> None:
-    """Start the fork server now, so that its imports overlap other start-up work."""
+    """Start the fork server (if not running), single-threaded; its children can then unshare."""
     context()
-    multiprocessing.forkserver.ensure_running()
+    saved = dict(os.environ)
+    os.environ.update(single_threaded({}))  # the server inherits this process's environment
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def enter_private_mounts(mounts: list[list[str]]) -> None:
@@ -69,6 +82,7 @@ def _child(arguments: list[str], cwd: str, env: dict, mounts: list[list[str]]) -
 
 def run_pytest(arguments: list[str], cwd, env: dict, mounts: list[list[str]], timeout: float):
     """pytest's exit code in a forked child, or None if it ran past ``timeout`` (then killed)."""
+    start_fork_server()
     process = context().Process(target=_child, args=(arguments, str(cwd), env, mounts))
     process.start()
     process.join(timeout)

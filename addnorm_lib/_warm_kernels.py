@@ -17,6 +17,10 @@ graded kernel is a fork of it, moved into its submission's jail:
    sees the kernel start, stop and die as before; when the stand-in is killed, the PID namespace,
    kernel included, goes with it.
 
+The zygote runs with one-thread math libraries, since only a single-threaded process may enter a
+user namespace; each kernel then sets torch's thread count from its own environment (numpy's BLAS
+stays at one thread, which is what the grader asks for when it runs one kernel per core).
+
 If anything on the way fails (no zygote, a refused fork), the stand-in becomes a plain kernel
 itself: warm kernels make grading faster, never less reliable.
 
@@ -234,10 +238,12 @@ def _kernel(connection, request: dict, stdio: list[int]) -> None:
         for signum in (signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(signum, signal.SIG_DFL)
         import numpy
+        import torch
 
         from addnorm_lib import _graded_kernel
 
         numpy.random.seed()  # noqa: NPY002 (a fork would share the zygote's global RNG state)
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS") or 1))  # the zygote used 1
         _graded_kernel.set_limits()
         connection.send(b"ok")
         connection.close()

@@ -50,7 +50,13 @@ from pathlib import Path
 import nbformat
 
 from addnorm_lib import _warm_kernels, release
-from addnorm_lib._pytest_runner import kill_marked, run_pytest, start_fork_server
+from addnorm_lib._pytest_runner import (
+    THREAD_VARIABLES,
+    kill_marked,
+    run_pytest,
+    single_threaded,
+    start_fork_server,
+)
 from addnorm_lib.checks import CheckFailed
 from addnorm_lib.checks import _record as record
 from addnorm_lib.checks.layernorm import JUDGES
@@ -64,7 +70,6 @@ MESSAGE_LIMIT = 2000  # characters of a failure message kept in a report
 NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_\w+.*$", re.MULTILINE)
 KERNEL_NAME = "addnorm-graded"
 RUN_MARKER = "ADDNORM_SUBMISSION"
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -287,8 +292,11 @@ def warm_kernels(run_folder: Path, settings: Settings, outdir: Path):
     folders, files = hidden_paths(settings, outdir)
     command = [sys.executable, "-m", "addnorm_lib._warm_kernels", "serve",
                str(run_folder / ZYGOTE_SOCKET), *map(str, folders + files)]  # fmt: skip
+    # Single-threaded, as forks that enter a user namespace must be; quiet about debugpy's import.
+    zygote_env = {**single_threaded(kernel_environment(settings)),
+                  "PYDEVD_DISABLE_FILE_VALIDATION": "1"}  # fmt: skip
     process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               env=kernel_environment(settings),
+                               env=zygote_env,
                                cwd=run_folder, text=True, start_new_session=True)  # fmt: skip
     stats["pid"] = process.pid
     try:
@@ -680,7 +688,7 @@ def main(argv=None) -> int:
         run_folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="addnorm-grading-"))
         run_folder = Path(run_folder)
         warm = {"forked": 0}
-        start_fork_server()  # its imports run while the zygote's do
+        start_fork_server()  # now, so that its imports run while the zygote's do
         if isolation() and len(todo) > 1:  # a zygote pays for itself from the second kernel on
             warm = stack.enter_context(warm_kernels(run_folder, settings, outdir))
         pool = stack.enter_context(ThreadPoolExecutor(max_workers=settings.jobs))

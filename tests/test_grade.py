@@ -7,8 +7,10 @@ import contextlib
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -384,3 +386,39 @@ def test_without_namespaces_grading_still_works(monkeypatch):
     assert result.status == "ok" and result.total == MAX_TOTAL
     stubs = grade.grade_one(EXERCISE)
     assert stubs.status == "ok" and stubs.total == 0
+
+
+def nobody_can_run_python() -> bool:
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        return False
+    probe = subprocess.run([*AS_NOBODY, sys.executable, "-c", "import addnorm_lib.grade"],
+                           capture_output=True, check=False)  # fmt: skip
+    return probe.returncode == 0
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@pytest.mark.skipif(not nobody_can_run_python(), reason="needs root and a Python nobody can run")
+def test_an_unprivileged_instructor_gets_the_same_jail():
+    """Without root the jail is built in user namespaces: the references are still out of reach."""
+    folder = Path(tempfile.mkdtemp(prefix="addnorm-nobody-"))
+    try:
+        folder.chmod(0o777)
+        cases = {"correct": solution(), "imports_reference": submissions()["imports_reference"],
+                 "reads_solutions": submissions()["reads_solutions"]}  # fmt: skip
+        for name, nb in cases.items():
+            nbformat.write(nb, folder / f"{name}.ipynb")
+        completed = subprocess.run(
+            [*AS_NOBODY, "env", f"HOME={folder}", sys.executable, "-m", "addnorm_lib.grade",
+             str(folder), "--out", str(folder / "out"), "--jobs", "2"],
+            capture_output=True, text=True, check=False, cwd=folder,
+        )  # fmt: skip
+        assert completed.returncode == 0, completed.stderr[-2000:]
+        report = json.loads((folder / "out" / "grades.json").read_text())
+        totals = {g["submission"]: g["total"] for g in report["grades"]}
+        assert report["isolated"] and "3 warm kernels" in completed.stdout
+        assert totals == {"correct.ipynb": MAX_TOTAL, "imports_reference.ipynb": 7,
+                          "reads_solutions.ipynb": 7}  # fmt: skip
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
