@@ -57,9 +57,8 @@ from addnorm_lib._pytest_runner import (
     single_threaded,
     start_fork_server,
 )
-from addnorm_lib.checks import CheckFailed
+from addnorm_lib.checks import JUDGES, CheckFailed
 from addnorm_lib.checks import _record as record
-from addnorm_lib.checks.layernorm import JUDGES
 
 COURSE_ROOT = Path(__file__).resolve().parent.parent
 STATUSES = ("ok", "timeout", "kernel_died", "malformed", "unknown_assignment", "error")
@@ -225,12 +224,15 @@ def isolation() -> list[str]:
     return []
 
 
+REFERENCE_MODULES = ("norms", "nn", "mistakes", "blocks")  # the exercises' answers, in effect
+
+
 def hidden_paths(settings: Settings, outdir: Path) -> tuple[list[Path], list[Path]]:
     """Folders and files the graded kernel must not see: references, solutions, other grades."""
     folders = [COURSE_ROOT / name for name in
                ("solutions", "tests", "book", "_build", ".git", "benchmarks")]  # fmt: skip
     folders += [COURSE_ROOT / "addnorm_lib" / "__pycache__", settings.source.resolve(), outdir]
-    files = [COURSE_ROOT / "addnorm_lib" / f"{name}.py" for name in ("norms", "nn", "mistakes")]
+    files = [COURSE_ROOT / "addnorm_lib" / f"{name}.py" for name in REFERENCE_MODULES]
     return [p for p in dict.fromkeys(folders) if p.is_dir()], [p for p in files if p.is_file()]
 
 

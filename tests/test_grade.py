@@ -151,6 +151,13 @@ def submissions():
             "['source'])\n"
         ),
     )
+    residuals = nbformat.read(ROOT / "solutions" / "residuals.ipynb", as_version=4)
+    cases["residuals_correct"] = residuals
+    cases["residuals_imports_reference"] = with_answer(
+        "blocks",
+        "from addnorm_lib.blocks import plain_block, residual_block\n",
+        nbformat.from_dict(residuals),
+    )
     return cases
 
 
@@ -323,6 +330,14 @@ def test_reference_solutions_are_not_reachable(graded):
     for name in ("imports_reference", "reads_solutions"):
         assert points(graded, name)[FORWARD] == 0, message(graded, name, FORWARD)
     assert "NameError" in message(graded, "imports_reference", FORWARD)
+
+
+def test_a_second_assignment_in_the_same_folder(graded):
+    found = row(graded, "residuals_correct")
+    assert (found["assignment"], found["total"], found["max_total"]) == ("residuals", "8", "8")
+    assert found[FORWARD] == "" and row(graded, "correct")["test_blocks"] == ""
+    stolen = row(graded, "residuals_imports_reference")
+    assert stolen["test_blocks"] == "0" and stolen["test_blocks_backward"] == "4"
 
 
 def test_files_written_by_a_submission_change_nothing(graded):

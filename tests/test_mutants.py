@@ -16,7 +16,7 @@ from addnorm_lib import grade
 
 pytestmark = pytest.mark.slow
 
-SOLUTION = ROOT / "solutions" / "layernorm.ipynb"
+SOLUTIONS = ROOT / "solutions"
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class Mutant:
     edits: tuple[tuple[str, str], ...]  # (old, new) replacements; each old must occur
     fails: frozenset[str]  # grade_ids of the test cells that must fail
     phrase: str  # must appear in a failure message
+    assignment: str = "layernorm"
 
 
 def forward(name, edits, phrase):
@@ -91,6 +92,37 @@ MUTANTS = [
 ]  # fmt: skip
 
 
+def residual(name, cell, edits, fails, phrase):
+    return Mutant(name, cell, edits, frozenset(fails), phrase, assignment="residuals")
+
+
+BRANCH = "return x + hidden @ W2  # (..., C)"
+DX = "return dy + dx_branch, dW1, db1, dW2"
+# The stack is built from the learner's own blocks: a wrong block fails its test and the stack's.
+FORWARD = {"test_blocks", "test_stack_gradient_norms"}
+BACKWARD = {"test_blocks_backward", "test_stack_gradient_norms"}
+RESIDUAL_MUTANTS = [
+    residual("relu after the addition", "blocks",
+             ((BRANCH, "return np.maximum(x + hidden @ W2, 0)"),), FORWARD,
+             "applies the ReLU after adding the shortcut"),
+    residual("shortcut inside the branch", "blocks", ((BRANCH, "return (x + hidden) @ W2"),),
+             FORWARD, "added inside the branch instead of around it"),
+    residual("missing identity term", "blocks_backward",
+             ((DX, "return dx_branch, dW1, db1, dW2"),), BACKWARD, "missing the identity term"),
+    residual("W1 not transposed", "blocks_backward", (("dx = dpre @ W1.T", "dx = dpre @ W1"),),
+             BACKWARD, "multiplies by W1 instead of its transpose"),
+    residual("W2 not transposed", "blocks_backward",
+             (("dhidden = dy @ W2.T", "dhidden = dy @ W2"),), BACKWARD, "instead of its transpose"),
+    residual("weight gradients for 2-D input only", "blocks_backward",
+             (("x.reshape(-1, channels).T @ dpre.reshape(-1, width)", "x.T @ dpre"),),
+             BACKWARD, "reshape(-1, C)"),
+    residual("norms in reverse order", "stack_gradient_norms",
+             (("return np.array(norms[::-1])", "return np.array(norms)"),),
+             {"test_stack_gradient_norms"}, "reverse order"),
+]  # fmt: skip
+MUTANTS += RESIDUAL_MUTANTS
+
+
 def mutate(nb, mutant):
     """A copy of nb with the mutant's edits applied to its answer cell."""
     nb = nbformat.from_dict(nb)
@@ -107,8 +139,9 @@ def test_mutant_names_are_unique():
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name.replace(" ", "-"))
 def test_mutant_loses_points_with_a_specific_message(mutant, tmp_path):
-    path = tmp_path / "layernorm.ipynb"
-    nbformat.write(mutate(nbformat.read(SOLUTION, as_version=4), mutant), path)
+    path = tmp_path / f"{mutant.assignment}.ipynb"
+    solution = nbformat.read(SOLUTIONS / f"{mutant.assignment}.ipynb", as_version=4)
+    nbformat.write(mutate(solution, mutant), path)
     result = grade.grade_one(path)
     assert result.status == "ok", result.reason
     failed = {cell.grade_id for cell in result.cells if cell.status != "passed"}

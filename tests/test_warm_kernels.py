@@ -106,8 +106,14 @@ def test_a_warm_kernel_sees_only_its_jail(kernel, zygote):
 
 
 def test_an_interrupt_reaches_a_warm_kernel(kernel):
-    kernel.client.execute("import time\nwhile True:\n    time.sleep(0.01)")
-    time.sleep(1.0)
+    kernel.client.execute(
+        "import time\nprint('looping', flush=True)\nwhile True:\n    time.sleep(0.01)"
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # interrupt only once the loop runs, even on a busy machine
+        message = kernel.client.get_iopub_msg(timeout=30)
+        if "looping" in message["content"].get("text", ""):
+            break
     kernel.manager.interrupt_kernel()
     reply = kernel.client.get_shell_msg(timeout=10)
     assert reply["content"]["ename"] == "KeyboardInterrupt"

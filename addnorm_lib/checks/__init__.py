@@ -3,19 +3,36 @@
 >>> from addnorm_lib import checks
 >>> checks.check_layer_norm(layer_norm)  # raises CheckFailed with a diagnosis, or lists what passed
 
-The graded test cells of the exercise notebooks call the same functions.
+The graded test cells of the exercise notebooks call the same functions. :data:`JUDGES` maps each
+check's name to the judge the grader runs on what the check recorded.
 """
 
+from addnorm_lib.checks import layernorm, residuals
 from addnorm_lib.checks._core import CheckFailed
 from addnorm_lib.checks.layernorm import (
     check_layer_norm,
     check_layer_norm_backward,
     check_layer_norm_module,
 )
+from addnorm_lib.checks.residuals import (
+    check_plain_block,
+    check_plain_block_backward,
+    check_residual_block,
+    check_residual_block_backward,
+    check_stack_gradient_norms,
+)
+
+JUDGES = {**layernorm.JUDGES, **residuals.JUDGES}
 
 __all__ = [
+    "JUDGES",
     "CheckFailed",
     "check_layer_norm",
     "check_layer_norm_backward",
     "check_layer_norm_module",
+    "check_plain_block",
+    "check_plain_block_backward",
+    "check_residual_block",
+    "check_residual_block_backward",
+    "check_stack_gradient_norms",
 ]

@@ -107,6 +107,26 @@ def observe(fn: Callable, args: Sequence, kwargs: dict, arg_names: Sequence[str]
     return Observation(plain(value), type(value).__name__, mutated=mutated)
 
 
+def probe_cases(fn: Callable, cases: Sequence[Case], arg_names: Sequence[str]) -> list[Observation]:
+    """Observe ``fn`` on every case (the probe half of a check)."""
+    return [observe(fn, case.args, case.kwargs, arg_names) for case in cases]
+
+
+def incomplete(name: str):
+    """CheckFailed for a record that lacks some observations (the check was cut short)."""
+    __tracebackhide__ = True
+    fail(f"{name}: the recorded observations are incomplete; the check did not run to the end.")
+
+
+def judged_calls(name: str, cases: Sequence[Case], observations: Sequence[Observation]):
+    """Yield (case, observation, returned value) per case; CheckFailed at a raised or bad call."""
+    __tracebackhide__ = True
+    if len(observations) != len(cases):
+        incomplete(name)
+    for case, observation in zip(cases, observations, strict=True):
+        yield case, observation, judge_call(observation, name, case)
+
+
 def judge_call(observation: Observation, name: str, case: Case):
     """The returned value of an observed call, or CheckFailed if it raised or changed its input."""
     __tracebackhide__ = True
@@ -127,6 +147,15 @@ def judge_call(observation: Observation, name: str, case: Case):
             "not `x -= mean`, or work on a copy."
         )
     return observation.value
+
+
+def expect_tuple(observation: Observation, value, name: str, names: Sequence[str]) -> None:
+    """CheckFailed unless the learner's function returned a tuple (or list) of len(names)."""
+    __tracebackhide__ = True
+    if observation.type_name not in ("tuple", "list") or len(value) != len(names):
+        length = f" of length {len(value)}" if isinstance(value, list) else ""
+        fail(f"{name} should return a tuple ({', '.join(names)}), but returned "
+             f"{observation.type_name}{length}.")  # fmt: skip
 
 
 def _explain(mistake: Mistake | None, case: Case) -> str:

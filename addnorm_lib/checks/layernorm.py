@@ -19,11 +19,14 @@ from addnorm_lib.checks._core import (
     Case,
     Observation,
     compare,
+    expect_tuple,
     fail,
-    judge_call,
+    incomplete,
+    judged_calls,
     observe,
     passed,
     plain,
+    probe_cases,
 )
 from addnorm_lib.checks._record import run_check
 
@@ -38,11 +41,6 @@ def _affine(rng, features, dtype=np.float64):
     gamma = rng.uniform(0.5, 2.0, features).astype(dtype)  # (C,)
     beta = rng.normal(0.0, 1.0, features).astype(dtype)  # (C,)
     return gamma, beta
-
-
-def _incomplete(name: str):
-    __tracebackhide__ = True
-    fail(f"{name}: the recorded observations are incomplete; the check did not run to the end.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -90,8 +88,7 @@ def layer_norm_cases(seed: int = 0) -> list[Case]:
 
 def probe_layer_norm(layer_norm, seed: int = 0) -> list[Observation]:
     """Run a learner's ``layer_norm`` on every case; record what it did."""
-    return [observe(layer_norm, c.args, c.kwargs, ("x", "gamma", "beta"))
-            for c in layer_norm_cases(seed)]  # fmt: skip
+    return probe_cases(layer_norm, layer_norm_cases(seed), ("x", "gamma", "beta"))
 
 
 def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
@@ -103,10 +100,7 @@ def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
     from addnorm_lib import mistakes, norms
 
     cases = layer_norm_cases(seed)
-    if len(observations) != len(cases):
-        _incomplete("layer_norm")
-    for case, observation in zip(cases, observations, strict=True):
-        y = judge_call(observation, "layer_norm", case)
+    for case, observation, y in judged_calls("layer_norm", cases, observations):
         x = case.args[0]
         as64 = [a.astype(np.float64) for a in case.args]
         expected = norms.layer_norm(*as64, eps=case.kwargs["eps"]).astype(x.dtype)
@@ -152,8 +146,7 @@ def layer_norm_backward_cases(seed: int = 0) -> list[Case]:
 
 
 def probe_layer_norm_backward(layer_norm_backward, seed: int = 0) -> list[Observation]:
-    return [observe(layer_norm_backward, c.args, c.kwargs, ("dy", "x", "gamma"))
-            for c in layer_norm_backward_cases(seed)]  # fmt: skip
+    return probe_cases(layer_norm_backward, layer_norm_backward_cases(seed), ("dy", "x", "gamma"))
 
 
 def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) -> str:
@@ -161,16 +154,8 @@ def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) ->
     from addnorm_lib import mistakes, norms
 
     cases = layer_norm_backward_cases(seed)
-    if len(observations) != len(cases):
-        _incomplete("layer_norm_backward")
-    for case, observation in zip(cases, observations, strict=True):
-        grads = judge_call(observation, "layer_norm_backward", case)
-        if observation.type_name not in ("tuple", "list") or len(grads) != 3:
-            length = f" of length {len(grads)}" if isinstance(grads, list) else ""
-            fail(
-                "layer_norm_backward should return a tuple (dx, dgamma, dbeta), but returned "
-                f"{observation.type_name}{length}."
-            )
+    for case, observation, grads in judged_calls("layer_norm_backward", cases, observations):
+        expect_tuple(observation, grads, "layer_norm_backward", ("dx", "dgamma", "dbeta"))
         expected = norms.layer_norm_backward(*case.args, eps=case.kwargs["eps"])
         mistake_args = (*case.args, case.kwargs["eps"])
         known = [mistakes.LAYER_NORM_BACKWARD_DX_MISTAKES,
@@ -403,7 +388,7 @@ def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
     __tracebackhide__ = True
     reference = _reference_module_observations(seed)
     if set(observations) != set(reference):
-        _incomplete("LayerNorm")
+        incomplete("LayerNorm")
     inputs = module_inputs(seed)
     checked = []
 

@@ -1,0 +1,225 @@
+"""Checkers for the residual exercise: MLP blocks with and without a shortcut, in numpy.
+
+The functions under check (signatures of :mod:`addnorm_lib.blocks`):
+
+- ``residual_block(x, W1, b1, W2) -> y`` and ``plain_block(x, W1, b1, W2) -> y``;
+- ``residual_block_backward(dy, x, W1, b1, W2) -> (dx, dW1, db1, dW2)`` and the plain one;
+- ``stack_gradient_norms(x, params, dy, residual=True) -> norms``, shape (L + 1,).
+
+As in :mod:`addnorm_lib.checks.layernorm`, each check is a probe (runs the learner's code, records
+plain data) and a judge (compares with the reference, names known mistakes). The references
+(``addnorm_lib.blocks``, ``addnorm_lib.mistakes``) are imported by judges only.
+"""
+
+import numpy as np
+
+from addnorm_lib.checks._core import (
+    Case,
+    Observation,
+    compare,
+    expect_tuple,
+    judged_calls,
+    passed,
+    probe_cases,
+)
+from addnorm_lib.checks._record import run_check
+
+GRADIENTS = ("dx", "dW1", "db1", "dW2")
+LEADING_AXES_HINT = (
+    "x may have any number of leading axes, (..., C): flatten them for the weight gradients, "
+    "dW1 = x.reshape(-1, C).T @ dpre.reshape(-1, H), and sum db1 over all of them."
+)
+
+
+def _weights(rng, channels, hidden, bias=0.0):
+    """W1 (C, H), b1 (H,), W2 (H, C), scaled so that the outputs stay of order one."""
+    W1 = rng.normal(0.0, 1.0 / np.sqrt(channels), (channels, hidden))
+    b1 = rng.normal(bias, 0.5, hidden)
+    W2 = rng.normal(0.0, 1.0 / np.sqrt(hidden), (hidden, channels))
+    return W1, b1, W2
+
+
+def block_cases(seed: int = 0) -> list[Case]:
+    """Inputs (x, W1, b1, W2) for the forward blocks; square weights first (transposes show)."""
+    rng = np.random.default_rng(seed + 10)
+
+    def case(description, shape, hidden, bias=0.0, hint=""):
+        x = rng.normal(0.0, 1.0, shape)
+        return Case(description, (x, *_weights(rng, shape[-1], hidden, bias)), hint=hint)
+
+    return [
+        case("a 2-D (N, C) = (4, 5) input with square weights (H = C = 5)", (4, 5), 5),
+        case("a 2-D (N, C) = (3, 4) input with hidden width H = 7", (3, 4), 7,
+             hint="W1 has shape (C, H) and W2 has shape (H, C): y = x + relu(x @ W1 + b1) @ W2."),
+        case("a 3-D (B, T, C) = (2, 3, 4) input, H = 6", (2, 3, 4), 6,
+             hint="x may have any number of leading axes: x @ W1 works on the last one."),
+        case("a (6, 4) input whose pre-activations are mostly negative (b1 around -1)", (6, 4), 5,
+             bias=-1.0, hint="relu(z) = max(z, 0) zeroes the negative pre-activations."),
+    ]  # fmt: skip
+
+
+def backward_cases(seed: int = 0) -> list[Case]:
+    """Inputs (dy, x, W1, b1, W2) for the backward passes."""
+    rng = np.random.default_rng(seed + 11)
+
+    def case(description, shape, hidden, hint=""):
+        x, dy = rng.normal(size=shape), rng.normal(size=shape)
+        return Case(description, (dy, x, *_weights(rng, shape[-1], hidden)), hint=hint)
+
+    return [
+        case("a 2-D (N, C) = (4, 5) input with square weights (H = C = 5)", (4, 5), 5),
+        case("a 2-D (N, C) = (3, 4) input with hidden width H = 7", (3, 4), 7,
+             hint="Check each gradient's shape against its parameter: dW1 (C, H), db1 (H,), "
+             "dW2 (H, C), dx like x."),
+        case("a 3-D (B, T, C) = (2, 3, 4) input, H = 6", (2, 3, 4), 6, hint=LEADING_AXES_HINT),
+    ]  # fmt: skip
+
+
+def stack_cases(seed: int = 0) -> list[Case]:
+    """Inputs (x, params, dy) and ``residual`` for ``stack_gradient_norms``."""
+    rng = np.random.default_rng(seed + 12)
+
+    def case(description, shape, hidden, depth, residual, hint=""):
+        x, dy = rng.normal(size=shape), rng.normal(size=shape)
+        params = [_weights(rng, shape[-1], hidden) for _ in range(depth)]
+        return Case(description, (x, params, dy), {"residual": residual}, hint=hint)
+
+    hint = "Check your blocks and their backward passes first: the stack is built from them."
+    return [
+        case("a stack of 4 residual blocks on a (3, 4) input, H = 6", (3, 4), 6, 4, True, hint),
+        case("a stack of 4 plain blocks (residual=False) on a (3, 4) input, H = 6", (3, 4), 6, 4,
+             False, hint),
+        case("a stack of 6 residual blocks on a 3-D (2, 3, 5) input, H = 5", (2, 3, 5), 5, 6,
+             True, hint),
+        case("a single plain block (L = 1) on a (2, 4) input, H = 3", (2, 4), 3, 1, False,
+             "With L blocks there are L + 1 norms: at h_0 = x, ..., at h_L (norm of dy)."),
+    ]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# Forward blocks
+
+
+def probe_block(block, seed: int = 0) -> list[Observation]:
+    return probe_cases(block, block_cases(seed), ("x", "W1", "b1", "W2"))
+
+
+def _judge_block(name: str, observations: list[Observation], seed: int, residual: bool) -> str:
+    __tracebackhide__ = True
+    from addnorm_lib import blocks, mistakes
+
+    reference = blocks.residual_block if residual else blocks.plain_block
+    known = mistakes.RESIDUAL_BLOCK_MISTAKES if residual else mistakes.PLAIN_BLOCK_MISTAKES
+    cases = block_cases(seed)
+    for case, observation, y in judged_calls(name, cases, observations):
+        compare(y, reference(*case.args), name=name, what="the output", case=case,
+                mistakes=known, mistake_args=case.args,
+                type_name=observation.type_name)  # fmt: skip
+    return passed(name, [case.description for case in cases])
+
+
+def judge_residual_block(observations: list[Observation], seed: int = 0) -> str:
+    return _judge_block("residual_block", observations, seed, residual=True)
+
+
+def judge_plain_block(observations: list[Observation], seed: int = 0) -> str:
+    return _judge_block("plain_block", observations, seed, residual=False)
+
+
+def check_residual_block(residual_block, seed: int = 0) -> None:
+    """Check a learner's ``residual_block(x, W1, b1, W2) -> x + relu(x W1 + b1) W2``."""
+    __tracebackhide__ = True
+    run_check("check_residual_block", probe_block, judge_residual_block, residual_block, seed)
+
+
+def check_plain_block(plain_block, seed: int = 0) -> None:
+    """Check a learner's ``plain_block(x, W1, b1, W2) -> relu(x W1 + b1) W2``."""
+    __tracebackhide__ = True
+    run_check("check_plain_block", probe_block, judge_plain_block, plain_block, seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# Backward passes
+
+
+def probe_block_backward(backward, seed: int = 0) -> list[Observation]:
+    return probe_cases(backward, backward_cases(seed), ("dy", "x", "W1", "b1", "W2"))
+
+
+def _judge_backward(name: str, observations: list[Observation], seed: int, residual: bool) -> str:
+    __tracebackhide__ = True
+    from addnorm_lib import blocks, mistakes
+
+    reference = blocks.residual_block_backward if residual else blocks.plain_block_backward
+    known = mistakes.RESIDUAL_BACKWARD_MISTAKES if residual else mistakes.PLAIN_BACKWARD_MISTAKES
+    cases = backward_cases(seed)
+    for case, observation, grads in judged_calls(name, cases, observations):
+        expect_tuple(observation, grads, name, GRADIENTS)
+        expected = reference(*case.args)
+        for index, what in enumerate(GRADIENTS):
+            compare(grads[index], expected[index], name=name, what=what, case=case,
+                    mistakes=known, mistake_args=case.args,
+                    pick=lambda out, i=index: out[i])  # fmt: skip
+    return passed(name, [case.description for case in cases])
+
+
+def judge_residual_block_backward(observations: list[Observation], seed: int = 0) -> str:
+    return _judge_backward("residual_block_backward", observations, seed, residual=True)
+
+
+def judge_plain_block_backward(observations: list[Observation], seed: int = 0) -> str:
+    return _judge_backward("plain_block_backward", observations, seed, residual=False)
+
+
+def check_residual_block_backward(residual_block_backward, seed: int = 0) -> None:
+    """Check a learner's ``residual_block_backward(dy, x, W1, b1, W2) -> (dx, dW1, db1, dW2)``."""
+    __tracebackhide__ = True
+    run_check("check_residual_block_backward", probe_block_backward,
+              judge_residual_block_backward, residual_block_backward, seed)  # fmt: skip
+
+
+def check_plain_block_backward(plain_block_backward, seed: int = 0) -> None:
+    """Check a learner's ``plain_block_backward(dy, x, W1, b1, W2) -> (dx, dW1, db1, dW2)``."""
+    __tracebackhide__ = True
+    run_check("check_plain_block_backward", probe_block_backward, judge_plain_block_backward,
+              plain_block_backward, seed)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# Gradient norms through a stack
+
+
+def probe_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> list[Observation]:
+    return probe_cases(stack_gradient_norms, stack_cases(seed), ("x", "params", "dy"))
+
+
+def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -> str:
+    __tracebackhide__ = True
+    from addnorm_lib import blocks, mistakes
+
+    cases = stack_cases(seed)
+    for case, observation, norms in judged_calls("stack_gradient_norms", cases, observations):
+        if isinstance(norms, list):  # a list of floats is fine
+            norms = np.asarray(norms, dtype=np.float64)
+        expected = blocks.stack_gradient_norms(*case.args, **case.kwargs)
+        compare(norms, expected, name="stack_gradient_norms", what="the array of norms", case=case,
+                mistakes=mistakes.STACK_NORMS_MISTAKES,
+                mistake_args=(*case.args, case.kwargs["residual"]),
+                type_name=observation.type_name)  # fmt: skip
+    return passed("stack_gradient_norms", [case.description for case in cases])
+
+
+def check_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> None:
+    """Check a learner's ``stack_gradient_norms(x, params, dy, residual=True)``: (L + 1,) norms."""
+    __tracebackhide__ = True
+    run_check("check_stack_gradient_norms", probe_stack_gradient_norms,
+              judge_stack_gradient_norms, stack_gradient_norms, seed)  # fmt: skip
+
+
+JUDGES = {
+    "check_residual_block": judge_residual_block,
+    "check_plain_block": judge_plain_block,
+    "check_residual_block_backward": judge_residual_block_backward,
+    "check_plain_block_backward": judge_plain_block_backward,
+    "check_stack_gradient_norms": judge_stack_gradient_norms,
+}
