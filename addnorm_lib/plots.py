@@ -6,7 +6,8 @@
   (for BatchNorm, LayerNorm, RMSNorm, InstanceNorm and GroupNorm on ``(N, C)``, ``(B, T, C)`` and
   ``(N, C, H, W)`` tensors); :func:`draw_reduction` and :func:`plot_reductions` draw it.
 - :func:`plot_per_layer` and :func:`loglog_errors` are the two experiment plots the chapters share:
-  a statistic against depth, and an error against a control variable on log-log axes.
+  a statistic against depth, and an error against a control variable on log-log axes;
+  :func:`plot_histograms` overlays the distributions of a few layers (activations or gradients).
 
 Only numpy and matplotlib are imported: nothing here computes a norm.
 """
@@ -30,6 +31,7 @@ __all__ = [
     "describe_reduction",
     "draw_reduction",
     "loglog_errors",
+    "plot_histograms",
     "plot_per_layer",
     "plot_reductions",
     "shared_statistics_mask",
@@ -400,3 +402,51 @@ def loglog_errors(
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_ylim(low, high * 1.5)
+
+
+def plot_histograms(
+    ax: Axes,
+    samples: Sequence[np.ndarray],
+    labels: Sequence[str],
+    bins: int = 40,
+    value_range: tuple[float, float] | None = None,
+    log_abs: bool = False,
+    cmap: str = "viridis",
+) -> np.ndarray:
+    """Overlay the histograms of a few samples (e.g. one per layer) as outlines, in colormap order.
+
+    Each histogram is normalized to unit area, so samples of different sizes compare. With
+    ``log_abs=True`` the histogram is of ``log10(|x|)`` (zeros dropped): the view for gradients,
+    whose sizes can differ by orders of magnitude between layers.
+
+    Args:
+        ax: axes to draw on (its labels and title are left to the caller).
+        samples: ``K`` arrays of any shape (flattened), e.g. one layer's activations each.
+        labels: ``K`` legend labels.
+        bins: number of bins, shared by all samples.
+        value_range: ``(low, high)`` of the bins (of ``log10|x|`` if ``log_abs``); if None, the
+            0.1st to 99.9th percentile of all samples pooled. Values outside it are not drawn.
+        log_abs: histogram ``log10(|x|)`` instead of ``x``.
+        cmap: matplotlib colormap name; sample ``k`` gets its colour at ``0.9 k / (K - 1)`` (the
+            palest end of the map is left out).
+
+    Returns:
+        The bin edges, shape ``(bins + 1,)``.
+    """
+    if len(samples) != len(labels):
+        raise ValueError(f"{len(samples)} samples but {len(labels)} labels")
+    values = []
+    for sample in samples:
+        x = np.asarray(sample, dtype=float).ravel()
+        if log_abs:
+            x = np.log10(np.abs(x[x != 0]))
+        values.append(x[np.isfinite(x)])
+    if value_range is None:
+        pooled = np.concatenate(values)
+        value_range = (np.percentile(pooled, 0.1), np.percentile(pooled, 99.9))
+    edges = np.linspace(value_range[0], value_range[1], bins + 1)
+    colors = plt.get_cmap(cmap)(np.linspace(0.0, 0.9, len(values)))
+    for x, label, color in zip(values, labels, colors, strict=True):
+        ax.hist(x, edges, density=True, histtype="step", linewidth=1.6, color=color, label=label)
+    ax.set_yticks([])
+    return edges
