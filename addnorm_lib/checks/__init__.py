@@ -7,8 +7,13 @@ The graded test cells of the exercise notebooks call the same functions. :data:`
 check's name to the judge the grader runs on what the check recorded.
 """
 
-from addnorm_lib.checks import layernorm, residuals
+from addnorm_lib.checks import batchnorm, layernorm, residuals
 from addnorm_lib.checks._core import CheckFailed
+from addnorm_lib.checks.batchnorm import (
+    check_batch_norm,
+    check_batch_norm_backward,
+    check_batch_norm_module,
+)
 from addnorm_lib.checks.layernorm import (
     check_layer_norm,
     check_layer_norm_backward,
@@ -22,11 +27,14 @@ from addnorm_lib.checks.residuals import (
     check_stack_gradient_norms,
 )
 
-JUDGES = {**layernorm.JUDGES, **residuals.JUDGES}
+JUDGES = {**layernorm.JUDGES, **residuals.JUDGES, **batchnorm.JUDGES}
 
 __all__ = [
     "JUDGES",
     "CheckFailed",
+    "check_batch_norm",
+    "check_batch_norm_backward",
+    "check_batch_norm_module",
     "check_layer_norm",
     "check_layer_norm_backward",
     "check_layer_norm_module",

@@ -166,9 +166,9 @@ def _explain(mistake: Mistake | None, case: Case) -> str:
 
 
 def as_numpy(value):
-    """A torch tensor as a numpy array (detached); anything else unchanged."""
+    """A torch tensor as a numpy array (a copy: buffers change in place); anything else as is."""
     if hasattr(value, "detach") and hasattr(value, "numpy"):
-        return value.detach().cpu().numpy()
+        return value.detach().cpu().numpy().copy()
     return value
 
 

@@ -11,7 +11,6 @@ graded kernel cannot see them.
 
 import contextlib
 from dataclasses import dataclass
-from unittest import mock
 
 import numpy as np
 
@@ -29,6 +28,7 @@ from addnorm_lib.checks._core import (
     probe_cases,
 )
 from addnorm_lib.checks._record import run_check
+from addnorm_lib.checks._torch import TORCH_NORM_CALLED, torch_norms_forbidden
 
 # float32 input whose mean is 1e3 times its spread: a two-pass variance stays within ~1e-4 of the
 # float64 result, E[x^2] - E[x]^2 is off by ~0.1 or more (measured for 64 to 768 features).
@@ -188,8 +188,6 @@ MODULE_CONFIGS = {
     "no_bias": ((FEATURES,), {"bias": False}, ("weight",), (FEATURES,)),
     "no_affine": ((FEATURES,), {"elementwise_affine": False}, (), (FEATURES,)),
 }
-_TORCH_NORM_FUNCTIONS = ("layer_norm", "native_layer_norm", "group_norm", "batch_norm", "rms_norm")
-TORCH_NORM_CALLED = "TorchNormCalled"
 
 
 @dataclass(frozen=True)
@@ -218,23 +216,6 @@ def module_inputs(seed: int = 0) -> ModuleInputs:
     )
 
 
-@contextlib.contextmanager
-def _torch_norms_forbidden():
-    """Make torch's own norm functions raise, so a module that calls them is caught."""
-    import torch
-    import torch.nn.functional as F
-
-    def forbidden(*args, **kwargs):
-        raise RuntimeError(TORCH_NORM_CALLED)
-
-    with contextlib.ExitStack() as stack:
-        for module in (torch, F):
-            for fn_name in _TORCH_NORM_FUNCTIONS:
-                if hasattr(module, fn_name):
-                    stack.enter_context(mock.patch.object(module, fn_name, forbidden))
-        yield
-
-
 def _recorded(step) -> Observation:
     """Run one probe step (no arguments) and record what it returned or raised."""
     return observe(step, (), {})
@@ -245,7 +226,7 @@ def probe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True)
     import torch
 
     inputs = module_inputs(seed)
-    guard = _torch_norms_forbidden if forbid_torch_norms else contextlib.nullcontext
+    guard = torch_norms_forbidden if forbid_torch_norms else contextlib.nullcontext
     tensor = torch.from_numpy
 
     def construct(config):

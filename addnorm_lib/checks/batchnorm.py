@@ -1,0 +1,402 @@
+"""Checkers for the BatchNorm exercise's numpy code: ``batch_norm`` and ``batch_norm_backward``.
+
+Signatures of :mod:`addnorm_lib.norms`:
+
+- ``batch_norm(x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5)
+  -> (y, new_running_mean, new_running_var)``, for x of shape (N, C) or (N, C, L);
+- ``batch_norm_backward(dy, x, gamma, eps=1e-5) -> (dx, dgamma, dbeta)`` (training mode).
+
+Running estimates start away from PyTorch's initial 0 and 1, so that a reversed momentum or a
+biased running variance shows. Probe and judge as in :mod:`addnorm_lib.checks.layernorm`.
+"""
+
+import numpy as np
+
+from addnorm_lib.checks._core import (
+    Case,
+    Observation,
+    compare,
+    expect_tuple,
+    fail,
+    incomplete,
+    judged_calls,
+    observe,
+    passed,
+    plain,
+    probe_cases,
+)
+from addnorm_lib.checks._record import run_check
+
+OUTPUTS = ("y", "new_running_mean", "new_running_var")
+GRADIENTS = ("dx", "dgamma", "dbeta")
+ARG_NAMES = ("x", "gamma", "beta", "running_mean", "running_var")
+
+
+def batch_norm_cases(seed: int = 0) -> list[Case]:
+    """Inputs for ``batch_norm``: training and eval, 2-D and 3-D, other momentum and eps."""
+    rng = np.random.default_rng(seed + 20)
+
+    def case(description, shape, training, momentum=0.1, eps=1e-5, hint=""):
+        channels = shape[1]
+        x = rng.normal(2.0, 3.0, shape)
+        gamma, beta = rng.uniform(0.5, 2.0, channels), rng.normal(0.0, 1.0, channels)
+        running_mean = rng.normal(0.0, 1.0, channels)
+        running_var = rng.uniform(0.5, 2.0, channels)
+        return Case(description, (x, gamma, beta, running_mean, running_var, training),
+                    {"momentum": momentum, "eps": eps}, hint=hint)  # fmt: skip
+
+    return [
+        case("a 2-D (N, C) = (8, 4) input in training mode", (8, 4), True,
+             hint="Training mode: normalize with the batch mean and biased variance per feature "
+             "(axis 0), and blend the batch statistics into the running estimates."),
+        case("a 2-D (8, 4) input in eval mode (training=False)", (8, 4), False,
+             hint="Eval mode: normalize with running_mean and running_var, and return them "
+             "unchanged."),
+        case("a 3-D (N, C, L) = (4, 3, 5) input in training mode", (4, 3, 5), True,
+             hint="For (N, C, L) input the statistics are per channel, over axes 0 and 2."),
+        case("a 3-D (4, 3, 5) input in eval mode", (4, 3, 5), False),
+        case("a (6, 2) input in training mode with momentum=0.3", (6, 2), True, momentum=0.3,
+             hint="Use the momentum argument: new = (1 - momentum) * old + momentum * batch."),
+        case("a (5, 3) input in training mode with eps=0.1", (5, 3), True, eps=0.1,
+             hint="Use the eps argument, inside the square root."),
+    ]  # fmt: skip
+
+
+def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
+    """Inputs for ``batch_norm_backward``: 2-D and 3-D, another eps."""
+    rng = np.random.default_rng(seed + 21)
+
+    def case(description, shape, eps=1e-5, hint=""):
+        x, dy = rng.normal(1.0, 2.0, shape), rng.normal(size=shape)
+        return Case(description, (dy, x, rng.uniform(0.5, 2.0, shape[1])), {"eps": eps},
+                    hint=hint)  # fmt: skip
+
+    return [
+        case("a 2-D (N, C) = (6, 4) input", (6, 4)),
+        case("a 3-D (N, C, L) = (3, 4, 5) input", (3, 4, 5),
+             hint="dgamma and dbeta have gamma's shape (C,): sum over axis 0 and axes 2, 3, ..."),
+        case("eps=0.1 instead of the default", (5, 3), eps=0.1,
+             hint="Use the eps argument, as in the forward pass."),
+    ]  # fmt: skip
+
+
+def probe_batch_norm(batch_norm, seed: int = 0) -> list[Observation]:
+    return probe_cases(batch_norm, batch_norm_cases(seed), ARG_NAMES)
+
+
+def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``batch_norm`` results with the reference; name known mistakes."""
+    __tracebackhide__ = True
+    from addnorm_lib import mistakes, norms
+
+    cases = batch_norm_cases(seed)
+    for case, observation, outputs in judged_calls("batch_norm", cases, observations):
+        expect_tuple(observation, outputs, "batch_norm", OUTPUTS)
+        expected = norms.batch_norm(*case.args, **case.kwargs)
+        mistake_args = (*case.args, case.kwargs["momentum"], case.kwargs["eps"])
+        for index, what in enumerate(OUTPUTS):
+            compare(outputs[index], expected[index], name="batch_norm", what=what, case=case,
+                    mistakes=mistakes.BATCH_NORM_MISTAKES, mistake_args=mistake_args,
+                    pick=lambda out, i=index: out[i])  # fmt: skip
+    return passed("batch_norm", [case.description for case in cases])
+
+
+def check_batch_norm(batch_norm, seed: int = 0) -> None:
+    """Check a learner's ``batch_norm(x, gamma, beta, running_mean, running_var, training)``."""
+    __tracebackhide__ = True
+    run_check("check_batch_norm", probe_batch_norm, judge_batch_norm, batch_norm, seed)
+
+
+def probe_batch_norm_backward(batch_norm_backward, seed: int = 0) -> list[Observation]:
+    return probe_cases(batch_norm_backward, batch_norm_backward_cases(seed), ("dy", "x", "gamma"))
+
+
+def judge_batch_norm_backward(observations: list[Observation], seed: int = 0) -> str:
+    __tracebackhide__ = True
+    from addnorm_lib import mistakes, norms
+
+    cases = batch_norm_backward_cases(seed)
+    for case, observation, grads in judged_calls("batch_norm_backward", cases, observations):
+        expect_tuple(observation, grads, "batch_norm_backward", GRADIENTS)
+        expected = norms.batch_norm_backward(*case.args, eps=case.kwargs["eps"])
+        mistake_args = (*case.args, case.kwargs["eps"])
+        for index, what in enumerate(GRADIENTS):
+            compare(grads[index], expected[index], name="batch_norm_backward", what=what,
+                    case=case, mistakes=mistakes.BATCH_NORM_BACKWARD_MISTAKES,
+                    mistake_args=mistake_args, pick=lambda out, i=index: out[i])  # fmt: skip
+    return passed("batch_norm_backward", [case.description for case in cases])
+
+
+def check_batch_norm_backward(batch_norm_backward, seed: int = 0) -> None:
+    """Check a learner's ``batch_norm_backward(dy, x, gamma, eps=1e-5) -> (dx, dgamma, dbeta)``."""
+    __tracebackhide__ = True
+    run_check("check_batch_norm_backward", probe_batch_norm_backward,
+              judge_batch_norm_backward, batch_norm_backward, seed)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# The torch module BatchNorm1d(num_features, eps=1e-5, momentum=0.1, affine=True,
+#                              track_running_stats=True)
+
+CHANNELS = 4
+# configuration name: constructor keyword arguments
+MODULE_CONFIGS = {"default": {}, "momentum=0.3, eps=0.01": {"momentum": 0.3, "eps": 0.01}}
+# one step of the scenario: (description, module.training, torch.is_grad_enabled(), input shape)
+SCENARIO = (
+    ("a (8, 4) batch in training mode", True, True, (8, CHANNELS)),
+    ("a 3-D (N, C, L) = (5, 4, 3) batch in training mode", True, True, (5, CHANNELS, 3)),
+    ("a (6, 4) batch in training mode under torch.no_grad()", True, False, (6, CHANNELS)),
+    ("a (3, 4) batch in eval mode", False, True, (3, CHANNELS)),
+    ("a batch of one, (1, 4), in eval mode under torch.no_grad()", False, False, (1, CHANNELS)),
+)
+BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
+STATE_KEYS = ("weight", "bias", *BUFFERS)
+
+
+def module_state(seed: int = 0) -> dict:
+    """The state_dict loaded before the scenario: away from torch's initial values."""
+    rng = np.random.default_rng(seed + 22)
+    return {
+        "weight": rng.uniform(0.5, 2.0, CHANNELS),
+        "bias": rng.normal(size=CHANNELS),
+        "running_mean": rng.normal(size=CHANNELS),
+        "running_var": rng.uniform(0.5, 2.0, CHANNELS),
+        "num_batches_tracked": np.array(3),
+    }
+
+
+def scenario_inputs(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed + 23)
+    return [rng.normal(1.0, 2.0, shape) for _, _, _, shape in SCENARIO]
+
+
+def probe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
+    """Run a BatchNorm1d class through the scenario; record outputs and buffers as plain data."""
+    import contextlib
+
+    import torch
+
+    from addnorm_lib.checks._torch import torch_norms_forbidden
+
+    guard = torch_norms_forbidden if forbid_torch_norms else contextlib.nullcontext
+    state = {k: torch.from_numpy(v.copy()) for k, v in module_state(seed).items()}
+
+    def describe():
+        module = cls(CHANNELS)
+        return {
+            "is_module": isinstance(module, torch.nn.Module),
+            "subclasses_torch": isinstance(module, torch.nn.modules.batchnorm._BatchNorm),
+            "state": {k: [list(v.shape), str(v.dtype)] for k, v in module.state_dict().items()},
+            "initial": {k: v.detach().double().numpy() for k, v in module.state_dict().items()},
+        }
+
+    def loaded(config):
+        module = cls(CHANNELS, **MODULE_CONFIGS[config]).double()
+        module.load_state_dict(state)
+        return module
+
+    def run_scenario(config):
+        module, records = loaded(config), []
+        for (_, training, grad_enabled, _), x in zip(SCENARIO, scenario_inputs(seed), strict=True):
+            module.train(training)
+            with torch.set_grad_enabled(grad_enabled), guard():
+                y = module(torch.from_numpy(x.copy()))
+            buffers = {k: plain(getattr(module, k, None)) for k in BUFFERS}
+            records.append({"y": plain(y), **buffers})
+        return records
+
+    def gradients():
+        module = loaded("default").train()
+        x = torch.from_numpy(scenario_inputs(seed)[0].copy()).requires_grad_(True)
+        upstream = torch.from_numpy(np.random.default_rng(seed + 24).normal(size=tuple(x.shape)))
+        with guard():
+            (module(x) * upstream).sum().backward()
+        grads = {"input": x.grad, "weight": module.weight.grad, "bias": module.bias.grad}
+        return {k: None if g is None else g.numpy() for k, g in grads.items()}
+
+    def round_trip():
+        reference = torch.nn.BatchNorm1d(CHANNELS, dtype=torch.float64)
+        module = loaded("default").train()
+        with guard():
+            module(torch.from_numpy(scenario_inputs(seed)[0].copy()))
+        reference.load_state_dict(module.state_dict())
+        return True
+
+    observations = {"describe": observe(describe, (), {})}
+    for config in MODULE_CONFIGS:
+        observations[f"scenario:{config}"] = observe(run_scenario, (config,), {})
+    observations["gradients"] = observe(gradients, (), {})
+    observations["round_trip"] = observe(round_trip, (), {})
+    return observations
+
+
+def _module_mistakes(grad_enabled: bool):
+    """The numpy catalogue, plus deciding the mode by torch.is_grad_enabled()."""
+    from addnorm_lib import mistakes, norms
+
+    def mode_from_grad(x, gamma, beta, running_mean, running_var, training, momentum, eps):
+        return norms.batch_norm(
+            x, gamma, beta, running_mean, running_var, grad_enabled, momentum, eps
+        )
+
+    by_grad = mistakes.Mistake(
+        "mode_from_grad_enabled",
+        "Your module decides between training and eval from torch.is_grad_enabled() (or "
+        "requires_grad): under torch.no_grad() it must still train when module.training is True, "
+        "and with gradients on it must use the running estimates when module.training is False.",
+        "Branch on self.training, which model.train() and model.eval() set.",
+        mode_from_grad,
+    )
+    return (*mistakes.BATCH_NORM_MISTAKES, by_grad)
+
+
+def _judge_module_describe(observation: Observation, reference: Observation) -> None:
+    __tracebackhide__ = True
+    if observation.not_implemented:
+        fail("BatchNorm1d is not implemented yet: replace the stub with your code.")
+    if observation.error:
+        fail(
+            f"BatchNorm1d({CHANNELS}) raised {observation.error}\nHint: the constructor mirrors "
+            "torch.nn.BatchNorm1d(num_features, eps=1e-5, momentum=0.1, affine=True, "
+            "track_running_stats=True)."
+        )
+    info, expected = observation.value, reference.value
+    if not info["is_module"]:
+        fail("BatchNorm1d must be a torch.nn.Module subclass.")
+    if info["subclasses_torch"]:
+        fail("BatchNorm1d must be written from nn.Module, not by subclassing torch's BatchNorm.")
+    if info["state"] != expected["state"]:
+        fail(
+            f"BatchNorm1d({CHANNELS}).state_dict() has keys, shapes and dtypes {info['state']}; "
+            f"torch.nn.BatchNorm1d has {expected['state']}.\nHint: parameters weight and bias; "
+            "buffers (register_buffer) running_mean, running_var and num_batches_tracked "
+            "(torch.tensor(0, dtype=torch.long))."
+        )
+    for key in STATE_KEYS:
+        if not np.array_equal(info["initial"][key], expected["initial"][key]):
+            fail(
+                f"BatchNorm1d's initial {key} should be {expected['initial'][key]}, as in torch; "
+                f"yours is {info['initial'][key]}."
+            )
+
+
+def _judge_scenario(config: str, records, reference, seed: int) -> None:
+    __tracebackhide__ = True
+    state = module_state(seed)
+    kwargs = {"momentum": 0.1, "eps": 1e-5, **MODULE_CONFIGS[config]}
+    previous = {k: state[k] for k in ("running_mean", "running_var")}
+    steps = zip(SCENARIO, scenario_inputs(seed), records, reference, strict=True)
+    for (description, training, grad_enabled, _), x, mine, theirs in steps:
+        case = Case(
+            f"{description} (BatchNorm1d({CHANNELS}{_config_args(config)}) loaded "
+            "from a torch state_dict, after the steps before it)",
+            (),
+        )
+        mistake_args = (
+            x,
+            state["weight"],
+            state["bias"],
+            previous["running_mean"],
+            previous["running_var"],
+            training,
+            kwargs["momentum"],
+            kwargs["eps"],
+        )
+        outputs = ("y", "running_mean", "running_var")
+        # in eval mode, a changed running estimate is the clearer message: check it first
+        for key in outputs if training else outputs[::-1]:
+            index = outputs.index(key)
+            compare(
+                mine[key],
+                np.asarray(theirs[key]),
+                name="BatchNorm1d",
+                what=key,
+                case=case,
+                mistakes=_module_mistakes(grad_enabled),
+                mistake_args=mistake_args,
+                pick=lambda out, i=index: out[i],
+            )
+        if mine["num_batches_tracked"] is None or int(
+            np.asarray(mine["num_batches_tracked"])
+        ) != int(np.asarray(theirs["num_batches_tracked"])):
+            fail(
+                f"BatchNorm1d, on {case.description}: num_batches_tracked is "
+                f"{mine['num_batches_tracked']}, torch has {theirs['num_batches_tracked']}.\n"
+                "Hint: add 1 to it on every forward pass in training mode, and only then."
+            )
+        previous = {k: np.asarray(theirs[k]) for k in ("running_mean", "running_var")}
+
+
+def _config_args(config: str) -> str:
+    return "".join(f", {k}={v}" for k, v in MODULE_CONFIGS[config].items())
+
+
+def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:
+    """Compare a recorded BatchNorm1d with torch.nn.BatchNorm1d run through the same scenario."""
+    __tracebackhide__ = True
+    import torch
+
+    from addnorm_lib.checks._torch import TORCH_NORM_CALLED
+
+    reference = probe_batch_norm_module(torch.nn.BatchNorm1d, seed, forbid_torch_norms=False)
+    if set(observations) != set(reference):
+        incomplete("BatchNorm1d")
+    _judge_module_describe(observations["describe"], reference["describe"])
+    checked = ["constructor, parameters and buffers (with num_batches_tracked) as torch's"]
+    for config in MODULE_CONFIGS:
+        observation = observations[f"scenario:{config}"]
+        if observation.error and TORCH_NORM_CALLED in observation.error:
+            fail(
+                "BatchNorm1d calls torch's own normalization function: write the math with "
+                "tensor operations (mean, var, sqrt)."
+            )
+        if observation.error:
+            fail(
+                f"BatchNorm1d({CHANNELS}{_config_args(config)}), loaded from a torch "
+                f"state_dict and run in training and eval mode, raised {observation.error}"
+            )
+        _judge_scenario(config, observation.value, reference[f"scenario:{config}"].value, seed)
+    checked.append(
+        "loads torch's state_dict and matches it over training steps (2-D and 3-D, "
+        "under no_grad too) and in eval mode, outputs and running statistics"
+    )
+    checked.append("follows module.training, not torch.is_grad_enabled()")
+    gradients = observations["gradients"]
+    if gradients.error:
+        fail(f"Backpropagating through BatchNorm1d in training mode raised {gradients.error}")
+    for what, mine in gradients.value.items():
+        if mine is None:
+            fail(
+                f"No gradient reached BatchNorm1d's {what}: is it used in forward, as an "
+                "nn.Parameter (or the input), without .detach() or .data?"
+            )
+        compare(
+            mine,
+            reference["gradients"].value[what],
+            name="BatchNorm1d",
+            what=f"the gradient of {what}",
+            case=Case("an (8, 4) batch in training mode, backward by autograd", ()),
+        )
+    checked.append("gradients of input, weight and bias match torch's in training mode")
+    if observations["round_trip"].error:
+        fail(
+            "torch.nn.BatchNorm1d could not load your module's state_dict: "
+            f"{observations['round_trip'].error}"
+        )
+    checked.append("its state_dict loads into torch.nn.BatchNorm1d")
+    return passed("BatchNorm1d", checked)
+
+
+def check_batch_norm_module(cls, seed: int = 0) -> None:
+    """Check a learner's torch ``BatchNorm1d`` class against ``torch.nn.BatchNorm1d``."""
+    __tracebackhide__ = True
+    run_check(
+        "check_batch_norm_module", probe_batch_norm_module, judge_batch_norm_module, cls, seed
+    )
+
+
+JUDGES = {
+    "check_batch_norm": judge_batch_norm,
+    "check_batch_norm_backward": judge_batch_norm_backward,
+    "check_batch_norm_module": judge_batch_norm_module,
+}
