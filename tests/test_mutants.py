@@ -123,6 +123,46 @@ RESIDUAL_MUTANTS = [
 MUTANTS += RESIDUAL_MUTANTS
 
 
+def batchnorm(name, cell, edits, fails, phrase):
+    return Mutant(name, cell, edits, frozenset({fails}), phrase, assignment="batchnorm")
+
+
+BN_UPDATE = "m * var * n / (n - 1)"
+BATCHNORM_MUTANTS = [
+    batchnorm("biased running variance", "batch_norm",
+              (("momentum * var * n / (n - 1)", "momentum * var"),), "test_batch_norm",
+              "biased batch variance"),
+    batchnorm("reversed momentum", "batch_norm",
+              (("(1 - momentum) * running_mean + momentum * mean",
+                "momentum * running_mean + (1 - momentum) * mean"),), "test_batch_norm",
+              "momentum points the wrong way"),
+    batchnorm("batch statistics in eval", "batch_norm",
+              (("mean, var = running_mean, running_var",
+                "mean, var = x.mean(axis=axes), x.var(axis=axes)"),), "test_batch_norm",
+              "batch's own statistics"),
+    batchnorm("normalizes over the feature axis", "batch_norm",
+              (("axes = (0, *range(2, x.ndim))", "axes = (1,)"),), "test_batch_norm",
+              "per feature (axis 0)"),
+    batchnorm("backward without the mean term", "batch_norm_backward",
+              (("dx_hat - mean_term - var_term", "dx_hat - var_term"),),
+              "test_batch_norm_backward", "the term that comes from the batch mean"),
+    batchnorm("mode from torch.is_grad_enabled()", "batch_norm_module",
+              (("if self.training or not self.track_running_stats:",
+                "if torch.is_grad_enabled() or not self.track_running_stats:"),
+               ("if self.training and self.track_running_stats:",
+                "if torch.is_grad_enabled() and self.track_running_stats:")),
+              "test_batch_norm_module", "torch.is_grad_enabled()"),
+    batchnorm("running statistics updated in eval", "batch_norm_module",
+              (("if self.training and self.track_running_stats:",
+                "if self.track_running_stats:"),), "test_batch_norm_module",
+              "updates the running estimates in eval mode"),
+    batchnorm("running variance unbiased by torch.var's default", "batch_norm_module",
+              (("var = x.var(dim=axes, unbiased=False)", "var = x.var(dim=axes)"),),
+              "test_batch_norm_module", "unbiased variance"),
+]  # fmt: skip
+MUTANTS += BATCHNORM_MUTANTS
+
+
 def mutate(nb, mutant):
     """A copy of nb with the mutant's edits applied to its answer cell."""
     nb = nbformat.from_dict(nb)

@@ -302,6 +302,15 @@ def _judge_scenario(config: str, records, reference, seed: int) -> None:
             kwargs["momentum"],
             kwargs["eps"],
         )
+        if not training:
+            for key in ("running_mean", "running_var"):
+                if not np.allclose(np.asarray(mine[key], dtype=float), previous[key]):
+                    fail(
+                        f"BatchNorm1d, on {case.description}: your module updates the running "
+                        f"estimates in eval mode ({key} changed). In eval mode every buffer must "
+                        "stay as it is.\nHint: update running_mean, running_var and "
+                        "num_batches_tracked only when self.training is True."
+                    )
         outputs = ("y", "running_mean", "running_var")
         # in eval mode, a changed running estimate is the clearer message: check it first
         for key in outputs if training else outputs[::-1]:
