@@ -10,7 +10,7 @@ from addnorm_lib import checks, mistakes, norms
 def test_references_pass(capsys):
     checks.check_batch_norm(norms.batch_norm)
     checks.check_batch_norm_backward(norms.batch_norm_backward, seed=2024)
-    assert "✓ batch_norm passed 6 checks" in capsys.readouterr().out
+    assert "✓ batch_norm passed 7 checks" in capsys.readouterr().out
 
 
 def test_the_mistake_builder_without_a_mistake_is_the_reference():

@@ -272,3 +272,17 @@ def compare(
 def passed(name: str, checked: Sequence[str]) -> str:
     """The summary a passing check prints: which inputs and properties the code got right."""
     return "\n".join([f"✓ {name} passed {len(checked)} checks:", *(f"    - {c}" for c in checked)])
+
+
+def judge_gradients(observation: Observation, reference: Observation, name: str,
+                    description: str) -> None:  # fmt: skip
+    """Compare recorded autograd gradients (``{what: array or None}``) with the reference's."""
+    __tracebackhide__ = True
+    if observation.error:
+        fail(f"Backpropagating through {name} ({description}) raised {observation.error}")
+    for what, mine in observation.value.items():
+        if mine is None:
+            fail(f"No gradient reached {name}'s {what}: is it used in forward, as an "
+                 "nn.Parameter (or the input), without .detach() or .data?")  # fmt: skip
+        compare(mine, reference.value[what], name=name, what=f"the gradient of {what}",
+                case=Case(f"{description}, backward by autograd", ()))  # fmt: skip

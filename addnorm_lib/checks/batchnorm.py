@@ -19,6 +19,7 @@ from addnorm_lib.checks._core import (
     expect_tuple,
     fail,
     incomplete,
+    judge_gradients,
     judged_calls,
     observe,
     passed,
@@ -55,6 +56,9 @@ def batch_norm_cases(seed: int = 0) -> list[Case]:
         case("a 3-D (N, C, L) = (4, 3, 5) input in training mode", (4, 3, 5), True,
              hint="For (N, C, L) input the statistics are per channel, over axes 0 and 2."),
         case("a 3-D (4, 3, 5) input in eval mode", (4, 3, 5), False),
+        case("a 4-D (N, C, H, W) = (2, 3, 2, 2) input in training mode", (2, 3, 2, 2), True,
+             hint="For (N, C, *) input the statistics are per channel, over axis 0 and every "
+             "axis after 1: axes = (0, *range(2, x.ndim))."),
         case("a (6, 2) input in training mode with momentum=0.3", (6, 2), True, momentum=0.3,
              hint="Use the momentum argument: new = (1 - momentum) * old + momentum * batch."),
         case("a (5, 3) input in training mode with eps=0.1", (5, 3), True, eps=0.1,
@@ -75,6 +79,8 @@ def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
         case("a 2-D (N, C) = (6, 4) input", (6, 4)),
         case("a 3-D (N, C, L) = (3, 4, 5) input", (3, 4, 5),
              hint="dgamma and dbeta have gamma's shape (C,): sum over axis 0 and axes 2, 3, ..."),
+        case("a 4-D (N, C, H, W) = (2, 3, 2, 2) input", (2, 3, 2, 2),
+             hint="Sum and average over axis 0 and every axis after 1."),
         case("eps=0.1 instead of the default", (5, 3), eps=0.1,
              hint="Use the eps argument, as in the forward pass."),
     ]  # fmt: skip
@@ -370,22 +376,8 @@ def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:
         "under no_grad too) and in eval mode, outputs and running statistics"
     )
     checked.append("follows module.training, not torch.is_grad_enabled()")
-    gradients = observations["gradients"]
-    if gradients.error:
-        fail(f"Backpropagating through BatchNorm1d in training mode raised {gradients.error}")
-    for what, mine in gradients.value.items():
-        if mine is None:
-            fail(
-                f"No gradient reached BatchNorm1d's {what}: is it used in forward, as an "
-                "nn.Parameter (or the input), without .detach() or .data?"
-            )
-        compare(
-            mine,
-            reference["gradients"].value[what],
-            name="BatchNorm1d",
-            what=f"the gradient of {what}",
-            case=Case("an (8, 4) batch in training mode, backward by autograd", ()),
-        )
+    judge_gradients(observations["gradients"], reference["gradients"], "BatchNorm1d",
+                    "an (8, 4) batch in training mode")  # fmt: skip
     checked.append("gradients of input, weight and bias match torch's in training mode")
     if observations["round_trip"].error:
         fail(

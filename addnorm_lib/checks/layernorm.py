@@ -21,6 +21,7 @@ from addnorm_lib.checks._core import (
     expect_tuple,
     fail,
     incomplete,
+    judge_gradients,
     judged_calls,
     observe,
     passed,
@@ -387,16 +388,8 @@ def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
                    atol=1e-5)  # fmt: skip
     checked.append("keeps float32 as float32 and matches torch")
 
-    gradients = observations["gradients"]
-    if gradients.error:
-        fail(f"Backpropagating through LayerNorm raised {gradients.error}")
-    for what, mine in gradients.value.items():
-        if mine is None:
-            fail(f"No gradient reached LayerNorm's {what}: is it used in forward, as an "
-                 "nn.Parameter (or the input), without .detach() or .data?")  # fmt: skip
-        compare(mine, reference["gradients"].value[what], name="LayerNorm",
-                what=f"the gradient of {what}",
-                case=Case("a float64 (B, T, C) input, backward by autograd", ()))  # fmt: skip
+    judge_gradients(observations["gradients"], reference["gradients"], "LayerNorm",
+                    "a float64 (B, T, C) input")  # fmt: skip
     checked.append("gradients of input, weight and bias match torch's")
 
     _judge_describe(observations["describe:eps"], "eps", checked)
