@@ -12,12 +12,14 @@ import multiprocessing.forkserver
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 PRELOAD = ["pytest", "nbval.plugin", "nbformat", "jupyter_client", "addnorm_lib._nbval_grades"]
 _context = None
+_environment_lock = threading.Lock()  # grading threads start pytest concurrently
 
 
 def context():
@@ -37,13 +39,14 @@ def single_threaded(env: dict) -> dict:
 def start_fork_server() -> None:
     """Start the fork server (if not running), single-threaded; its children can then unshare."""
     context()
-    saved = dict(os.environ)
-    os.environ.update(single_threaded({}))  # the server inherits this process's environment
-    try:
-        multiprocessing.forkserver.ensure_running()
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    with _environment_lock:  # one swap at a time, or a thread could restore another's swap
+        saved = dict(os.environ)
+        os.environ.update(single_threaded({}))  # the server inherits this process's environment
+        try:
+            multiprocessing.forkserver.ensure_running()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
 
 
 def enter_private_mounts(mounts: list[list[str]]) -> None:

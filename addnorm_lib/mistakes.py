@@ -159,22 +159,24 @@ LAYER_NORM_MISTAKES = (
 # LayerNorm backward: layer_norm_backward(dy, x, gamma, eps) -> (dx, dgamma, dbeta).
 
 
-def _ln_backward_parts(dy, x, gamma, eps):
-    mean, var = _stats(x, -1)
-    inv_std = 1.0 / np.sqrt(var + eps)
-    x_hat = (x - mean) * inv_std
-    dx_hat = dy * gamma
-    return x_hat, dx_hat, inv_std
+def _backward_dx(norm="layer", keep_mean_term=True, keep_var_term=True, use_gamma=True):
+    """A norm's dx with terms dropped on purpose: LayerNorm's statistics are over the last axis,
+    BatchNorm's over every axis but the channel axis 1 (gamma then broadcasts along axis 1)."""
 
-
-def _ln_backward_dx(keep_mean_term=True, keep_var_term=True, use_gamma=True):
     def compute(dy, x, gamma, eps=1e-5):
-        x_hat, dx_hat, inv_std = _ln_backward_parts(dy, x, gamma if use_gamma else 1.0, eps)
+        if norm == "layer":
+            axes, channel = (-1,), gamma.shape
+        else:
+            axes, channel = (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
+        mean, var = _stats(x, axes)
+        inv_std = 1.0 / np.sqrt(var + eps)
+        x_hat = (x - mean) * inv_std
+        dx_hat = dy * gamma.reshape(channel) if use_gamma else dy
         dx = dx_hat
         if keep_mean_term:
-            dx = dx - dx_hat.mean(-1, keepdims=True)
+            dx = dx - dx_hat.mean(axis=axes, keepdims=True)
         if keep_var_term:
-            dx = dx - x_hat * (dx_hat * x_hat).mean(-1, keepdims=True)
+            dx = dx - x_hat * (dx_hat * x_hat).mean(axis=axes, keepdims=True)
         return dx * inv_std, None, None
 
     return compute
@@ -186,26 +188,26 @@ LAYER_NORM_BACKWARD_DX_MISTAKES = (
         "Your dx is missing the term that comes from the mean: every input moves the mean, so "
         "dx needs - mean(dx_hat) inside the bracket.",
         "dx = (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat)) / sqrt(var + eps).",
-        _ln_backward_dx(keep_mean_term=False),
+        _backward_dx("layer", keep_mean_term=False),
     ),
     Mistake(
         "dx_no_variance_term",
         "Your dx is missing the term that comes from the variance: every input moves the variance, "
         "so dx needs - x_hat * mean(dx_hat * x_hat).",
         "dx = (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat)) / sqrt(var + eps).",
-        _ln_backward_dx(keep_var_term=False),
+        _backward_dx("layer", keep_var_term=False),
     ),
     Mistake(
         "dx_statistics_constant",
         "Your dx treats the mean and the variance as constants (dx = dy * gamma / std).",
         "Both statistics depend on x: add the two terms they contribute.",
-        _ln_backward_dx(keep_mean_term=False, keep_var_term=False),
+        _backward_dx("layer", keep_mean_term=False, keep_var_term=False),
     ),
     Mistake(
         "dx_no_gamma",
         "Your dx forgets gamma: the gradient reaching x_hat is dy * gamma, not dy.",
         "Start the backward with dx_hat = dy * gamma.",
-        _ln_backward_dx(use_gamma=False),
+        _backward_dx("layer", use_gamma=False),
     ),
 )
 
@@ -491,28 +493,6 @@ BATCH_NORM_MISTAKES = (
 )
 
 
-def _bn_backward_dx(keep_mean_term=True, keep_var_term=True):
-    """batch_norm_backward's dx with one of the statistics' terms dropped."""
-
-    def backward(dy, x, gamma, eps=1e-5):
-        axes = (0, *range(2, x.ndim))
-        channel = [1] * x.ndim
-        channel[1] = x.shape[1]
-        mean = x.mean(axis=axes, keepdims=True)
-        var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
-        x_hat = (x - mean) / np.sqrt(var + eps)
-        dx_hat = dy * gamma.reshape(channel)
-        bracket = dx_hat
-        if keep_mean_term:
-            bracket = bracket - dx_hat.mean(axis=axes, keepdims=True)
-        if keep_var_term:
-            bracket = bracket - x_hat * (dx_hat * x_hat).mean(axis=axes, keepdims=True)
-        dx = bracket / np.sqrt(var + eps)
-        return dx, (dy * x_hat).sum(axis=axes), dy.sum(axis=axes)
-
-    return backward
-
-
 BATCH_NORM_BACKWARD_MISTAKES = (
     Mistake(
         "dx_no_mean_term",
@@ -520,20 +500,20 @@ BATCH_NORM_BACKWARD_MISTAKES = (
         "channel's mean, so dx needs - mean(dx_hat) over the batch inside the bracket.",
         "dx = (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat)) / sqrt(var + eps), means "
         "over axis 0 (and the length axis).",
-        _bn_backward_dx(keep_mean_term=False),
+        _backward_dx("batch", keep_mean_term=False),
     ),
     Mistake(
         "dx_no_variance_term",
         "Your dx is missing the term that comes from the batch variance: - x_hat * "
         "mean(dx_hat * x_hat) over the batch.",
         "dx = (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat)) / sqrt(var + eps).",
-        _bn_backward_dx(keep_var_term=False),
+        _backward_dx("batch", keep_var_term=False),
     ),
     Mistake(
         "dx_statistics_constant",
         "Your dx treats the batch mean and variance as constants (dx = dy * gamma / std): in "
         "training mode both depend on every example of the batch.",
         "Add the two terms the statistics contribute, averaged over the batch axis.",
-        _bn_backward_dx(keep_mean_term=False, keep_var_term=False),
+        _backward_dx("batch", keep_mean_term=False, keep_var_term=False),
     ),
 )
