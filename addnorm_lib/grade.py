@@ -224,7 +224,8 @@ def isolation() -> list[str]:
     return []
 
 
-REFERENCE_MODULES = ("norms", "nn", "mistakes", "blocks")  # the exercises' answers, in effect
+# The exercises' answers, in effect: hidden from graded kernels.
+REFERENCE_MODULES = ("norms", "nn", "mistakes", "blocks", "deepnorm")
 
 
 def hidden_paths(settings: Settings, outdir: Path) -> tuple[list[Path], list[Path]]:

@@ -517,3 +517,248 @@ BATCH_NORM_BACKWARD_MISTAKES = (
         _backward_dx("batch", keep_mean_term=False, keep_var_term=False),
     ),
 )
+
+
+# ----------------------------------------------------------------------------------------------
+# RMSNorm: rms_norm(x, weight, eps) -> y and rms_norm_backward(dy, x, weight, eps) -> (dx, dw).
+
+
+def _rms_over(axis=-1, *, center=False, eps_outside=False, use_eps=True, total=False, power=0.5):
+    """An RMSNorm with one thing changed: the axis, centering, eps placement, sum, or the root."""
+
+    def compute(x, weight, eps=1e-6):
+        centered = x - x.mean(axis=axis, keepdims=True) if center else x
+        square = (centered * centered).sum(axis=axis, keepdims=True)
+        if not total:
+            square = square / np.prod([x.shape[a] for a in np.atleast_1d(axis)])
+        if eps_outside:
+            return centered / (square**power + eps) * weight
+        return centered / (square + (eps if use_eps else 0.0)) ** power * weight
+
+    return compute
+
+
+RMS_NORM_MISTAKES = (
+    Mistake(
+        "subtracts_mean",
+        "You subtracted the mean: that is LayerNorm (without its bias). RMSNorm divides x itself "
+        "by its root mean square and never re-centers it.",
+        "y = x / sqrt(mean(x**2) + eps) * weight, with no x - mean anywhere.",
+        _rms_over(center=True),
+    ),
+    Mistake(
+        "centered_denominator_only",
+        "You divided x by its standard deviation (the square root of the *centered* mean square), "
+        "not by its root mean square.",
+        "The mean square is mean(x**2), of x itself: y = x / sqrt(mean(x**2) + eps) * weight.",
+        lambda x, weight, eps=1e-6: x / np.sqrt(x.var(axis=-1, keepdims=True) + eps) * weight,
+    ),
+    Mistake(
+        "eps_outside_root",
+        "You added eps outside the square root, x / (sqrt(mean(x**2)) + eps): that is the "
+        "placement of the RMSNorm paper's original code, not the one asked for here (LLaMA's and "
+        "torch.nn.RMSNorm's). The two differ visibly when the inputs are small.",
+        "eps goes inside the root: x / sqrt(mean(x**2) + eps).",
+        _rms_over(eps_outside=True),
+    ),
+    Mistake(
+        "no_eps",
+        "You left eps out: x / sqrt(mean(x**2)).",
+        "Add eps inside the root: x / sqrt(mean(x**2) + eps).",
+        _rms_over(use_eps=False),
+    ),
+    Mistake(
+        "no_weight",
+        "You left out the weight: RMSNorm ends by multiplying by its learned per-feature gain.",
+        "Finish with * weight.",
+        lambda x, weight, eps=1e-6: _rms_over()(x, np.ones_like(weight), eps),
+    ),
+    Mistake(
+        "sum_of_squares",
+        "You divided by the root of the *sum* of squares: RMS is the root of their *mean*.",
+        "Use mean(x**2) over the last axis (the sum divided by C).",
+        _rms_over(total=True),
+    ),
+    Mistake(
+        "no_square_root",
+        "You divided by the mean square itself, not by its square root.",
+        "Divide by sqrt(mean(x**2) + eps) (or multiply by its reciprocal square root).",
+        _rms_over(power=1.0),
+    ),
+    Mistake(
+        "batch_axis",
+        "You took the mean square over the batch axis (axis 0): RMSNorm, like LayerNorm, "
+        "normalizes each token over its own features.",
+        "Reduce over axis=-1 with keepdims=True.",
+        _rms_over(axis=0),
+    ),
+)
+
+
+def _rms_backward(*, rms_term=True, use_weight=True, factor=2.0):
+    """rms_norm_backward with a term dropped or a chain-rule factor changed."""
+
+    def compute(dy, x, weight, eps=1e-6):
+        c = x.shape[-1]
+        ms = (x * x).mean(axis=-1, keepdims=True)  # (..., 1)
+        rrms = 1.0 / np.sqrt(ms + eps)  # (..., 1)
+        dxhat = dy * weight if use_weight else dy  # (..., C)
+        dx = dxhat * rrms
+        if rms_term:
+            dms = (dxhat * x).sum(axis=-1, keepdims=True) * -0.5 * rrms**3  # (..., 1)
+            dx = dx + dms * factor * x / c
+        dweight = (dy * x * rrms).reshape(-1, c).sum(axis=0)  # (C,)
+        return dx, dweight
+
+    return compute
+
+
+RMS_NORM_BACKWARD_MISTAKES = (
+    Mistake(
+        "rms_constant",
+        "Your dx treats the RMS as a constant (dx = dy * weight / rms): but every input moves "
+        "the mean square, so dx needs a second term through it.",
+        "dx = (dx_hat - x_hat * mean(dx_hat * x_hat)) / rms, with dx_hat = dy * weight and "
+        "x_hat = x / rms.",
+        _rms_backward(rms_term=False),
+    ),
+    Mistake(
+        "dx_no_weight",
+        "Your dx forgets the weight: the gradient reaching x_hat is dy * weight, not dy.",
+        "Start the backward with dx_hat = dy * weight.",
+        _rms_backward(use_weight=False),
+    ),
+    Mistake(
+        "dx_no_factor_two",
+        "Your term through the mean square is half what it should be: d(x**2)/dx = 2x.",
+        "d mean(x**2) / dx = 2 * x / C.",
+        _rms_backward(factor=1.0),
+    ),
+    Mistake(
+        "dweight_uses_x",
+        "Your dweight multiplies dy by x, but the weight scales the normalized x_hat = x / rms.",
+        "dweight = (dy * x_hat) summed over every axis but the last.",
+        lambda dy, x, weight, eps=1e-6: (None, (dy * x).reshape(-1, x.shape[-1]).sum(axis=0)),
+    ),
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# DeepNorm: deepnorm_constants(architecture, N, M, stack) -> (alpha, beta);
+#           deepnorm_residual(x, sublayer, norm, alpha) -> norm(alpha * x + sublayer(x)).
+
+
+def _encoder_only(n: int) -> tuple[float, float]:
+    return (2 * n) ** 0.25, (8 * n) ** -0.25
+
+
+def _constants_variant(architecture, num_encoder_layers=0, num_decoder_layers=0, stack=None, *,
+                       one_stack_formula=False, swapped=False, beta_is_inverse=False):  # fmt: skip
+    """deepnorm_constants with one slip; the options say which."""
+    from addnorm_lib.deepnorm import deepnorm_constants
+
+    if one_stack_formula and architecture == "encoder-decoder":
+        layers = num_encoder_layers if stack == "encoder" else num_decoder_layers
+        alpha, beta = _encoder_only(layers)
+    else:
+        alpha, beta = deepnorm_constants(architecture, num_encoder_layers, num_decoder_layers,
+                                         stack)  # fmt: skip
+    if swapped:
+        alpha, beta = beta, alpha
+    if beta_is_inverse:
+        beta = 1.0 / alpha
+    return np.array([alpha, beta])
+
+
+DEEPNORM_CONSTANTS_MISTAKES = (
+    Mistake(
+        "encoder_decoder_one_stack_formula",
+        "For an encoder-decoder model you used the one-stack formulas, alpha = (2L)^(1/4) and "
+        "beta = (8L)^(-1/4). An encoder-decoder model has its own constants: the encoder's depend "
+        "on N and M, 0.81 (N^4 M)^(1/16) and 0.87 (N^4 M)^(-1/16); the decoder's are (3M)^(1/4) "
+        "and (12M)^(-1/4).",
+        "Branch on the architecture and, for encoder-decoder, on the stack.",
+        lambda *args: _constants_variant(*args, one_stack_formula=True),
+    ),
+    Mistake(
+        "swapped",
+        "You returned (beta, alpha): alpha > 1 up-weights the residual, beta < 1 scales the "
+        "initial weights down.",
+        "Return (alpha, beta) in that order.",
+        lambda *args: _constants_variant(*args, swapped=True),
+    ),
+    Mistake(
+        "beta_is_inverse_alpha",
+        "Your beta is 1 / alpha: beta has its own formula (for encoder-only, (8N)^(-1/4), not "
+        "(2N)^(-1/4)).",
+        "Use the table's beta column.",
+        lambda *args: _constants_variant(*args, beta_is_inverse=True),
+    ),
+)
+
+
+def _residual_variant(kind):
+    """deepnorm_residual written the wrong way; ``kind`` names how."""
+
+    def compute(x, sublayer, norm, alpha):
+        import torch
+
+        with torch.no_grad():
+            if kind == "alpha_on_branch":
+                return norm(x + alpha * sublayer(x))
+            if kind == "no_alpha":
+                return norm(x + sublayer(x))
+            if kind == "alpha_after_norm":
+                return alpha * norm(x + sublayer(x))
+            if kind == "scaled_input":
+                return norm(alpha * x + sublayer(alpha * x))
+            if kind == "pre_norm":
+                return alpha * x + sublayer(norm(x))
+            return alpha * x + sublayer(x)  # no norm
+
+    return compute
+
+
+DEEPNORM_RESIDUAL_MISTAKES = (
+    Mistake(
+        "alpha_on_branch",
+        "You multiplied the sublayer's output by alpha: norm(x + alpha * G(x)). DeepNorm "
+        "up-weights the residual x, not the branch. (Because LayerNorm ignores the overall scale, "
+        "your version equals norm(x / alpha + G(x)): it *down*-weights the residual.)",
+        "norm(alpha * x + sublayer(x)).",
+        _residual_variant("alpha_on_branch"),
+    ),
+    Mistake(
+        "no_alpha",
+        "You left alpha out: norm(x + G(x)) is the plain Post-LN step.",
+        "Multiply the residual by alpha: norm(alpha * x + sublayer(x)).",
+        _residual_variant("no_alpha"),
+    ),
+    Mistake(
+        "alpha_after_norm",
+        "You multiplied the normalized output by alpha. The scaling belongs before the norm, on "
+        "the residual.",
+        "norm(alpha * x + sublayer(x)).",
+        _residual_variant("alpha_after_norm"),
+    ),
+    Mistake(
+        "sublayer_of_scaled_input",
+        "You fed alpha * x to the sublayer as well: the sublayer sees x; only the shortcut is "
+        "scaled.",
+        "norm(alpha * x + sublayer(x)).",
+        _residual_variant("scaled_input"),
+    ),
+    Mistake(
+        "pre_norm",
+        "You normalized the sublayer's input (a Pre-LN step): DeepNorm keeps Post-LN's "
+        "placement, the norm after the addition.",
+        "norm(alpha * x + sublayer(x)).",
+        _residual_variant("pre_norm"),
+    ),
+    Mistake(
+        "no_norm",
+        "You returned alpha * x + G(x) without the norm.",
+        "Apply norm to the sum: norm(alpha * x + sublayer(x)).",
+        _residual_variant("no_norm"),
+    ),
+)

@@ -415,3 +415,42 @@ def rms_norm_backward(dy, x, weight, eps: float = 1e-6):
     # ms = sum(x**2) / C
     dx = dx + dms * 2.0 * x / c  # (..., C)   path through ms
     return dx.astype(out, copy=False), dweight.astype(out, copy=False)
+
+
+def rms_norm_eps_outside(x, weight, eps: float = 1e-8) -> np.ndarray:
+    """RMSNorm with eps *outside* the root, ``x / (sqrt(mean(x**2)) + eps) * weight``.
+
+    This is the placement of the RMSNorm paper's official PyTorch code (default eps 1e-8), kept
+    for comparison; :func:`rms_norm` (eps inside) is the one LLaMA and ``torch.nn.RMSNorm`` use.
+    Shapes and dtype as :func:`rms_norm`.
+    """
+    fn = "rms_norm_eps_outside"
+    x = _as_float_array(fn, "x", x, min_ndim=1)
+    weight = _check_feature_param(fn, "weight", weight, x)
+    xc = x.astype(_compute_dtype(x.dtype), copy=False)
+    rms = np.sqrt(_mean(xc * xc, (-1,)))  # (..., 1)
+    return (xc / (rms + eps) * weight).astype(x.dtype, copy=False)
+
+
+def partial_rms_norm(x, weight, p: float, eps: float = 1e-8) -> np.ndarray:
+    """pRMSNorm: RMSNorm whose RMS is estimated from the first ``ceil(p * C)`` features only.
+
+    Args:
+        x: float array ``(..., C)``; weight: ``(C,)``.
+        p: the fraction of features used for the estimate, ``0 < p <= 1`` (``p = 1`` is RMSNorm).
+        eps: added outside the root, as in the paper's code.
+
+    Returns:
+        ``x / (rms(x[..., :k]) + eps) * weight``, shape ``(..., C)``, dtype ``x.dtype``: every
+        feature is rescaled, but only ``k`` of them are read to compute the scale.
+    """
+    fn = "partial_rms_norm"
+    x = _as_float_array(fn, "x", x, min_ndim=1)
+    weight = _check_feature_param(fn, "weight", weight, x)
+    if not 0.0 < p <= 1.0:
+        raise ValueError(f"{fn}: p must be in (0, 1], got {p!r}")
+    k = math.ceil(p * x.shape[-1])
+    xc = x.astype(_compute_dtype(x.dtype), copy=False)
+    head = xc[..., :k]  # (..., k)
+    rms = np.sqrt(_mean(head * head, (-1,)))  # (..., 1)
+    return (xc / (rms + eps) * weight).astype(x.dtype, copy=False)

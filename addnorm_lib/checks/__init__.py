@@ -7,12 +7,17 @@ The graded test cells of the exercise notebooks call the same functions. :data:`
 check's name to the judge the grader runs on what the check recorded.
 """
 
-from addnorm_lib.checks import batchnorm, layernorm, residuals
+from addnorm_lib.checks import batchnorm, deepnorm, layernorm, residuals, rmsnorm
 from addnorm_lib.checks._core import CheckFailed
 from addnorm_lib.checks.batchnorm import (
     check_batch_norm,
     check_batch_norm_backward,
     check_batch_norm_module,
+)
+from addnorm_lib.checks.deepnorm import (
+    check_deepnorm_constants,
+    check_deepnorm_init,
+    check_deepnorm_residual,
 )
 from addnorm_lib.checks.layernorm import (
     check_layer_norm,
@@ -26,8 +31,17 @@ from addnorm_lib.checks.residuals import (
     check_residual_block_backward,
     check_stack_gradient_norms,
 )
+from addnorm_lib.checks.rmsnorm import (
+    check_rms_norm,
+    check_rms_norm_backward,
+    check_rms_norm_module,
+)
 
-JUDGES = {**layernorm.JUDGES, **residuals.JUDGES, **batchnorm.JUDGES}
+JUDGES = {
+    name: judge
+    for module in (layernorm, residuals, batchnorm, rmsnorm, deepnorm)
+    for name, judge in module.JUDGES.items()
+}
 
 __all__ = [
     "JUDGES",
@@ -35,6 +49,9 @@ __all__ = [
     "check_batch_norm",
     "check_batch_norm_backward",
     "check_batch_norm_module",
+    "check_deepnorm_constants",
+    "check_deepnorm_init",
+    "check_deepnorm_residual",
     "check_layer_norm",
     "check_layer_norm_backward",
     "check_layer_norm_module",
@@ -42,5 +59,8 @@ __all__ = [
     "check_plain_block_backward",
     "check_residual_block",
     "check_residual_block_backward",
+    "check_rms_norm",
+    "check_rms_norm_backward",
+    "check_rms_norm_module",
     "check_stack_gradient_norms",
 ]

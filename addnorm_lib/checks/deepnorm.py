@@ -1,0 +1,278 @@
+"""Checkers for the DeepNorm exercise: the constants, the residual step and the initializer.
+
+The functions under check (signatures of :mod:`addnorm_lib.deepnorm`):
+
+- ``deepnorm_constants(architecture, num_encoder_layers=0, num_decoder_layers=0, stack=None)
+  -> (alpha, beta)``;
+- ``deepnorm_residual(x, sublayer, norm, alpha) -> norm(alpha * x + sublayer(x))`` (torch);
+- ``deepnorm_init_(layer, beta)``: scales, in place, the weights DeepNet scales.
+
+Probes and judges as in :mod:`addnorm_lib.checks.layernorm`. Torch objects are rebuilt from the
+seed on each side, so the judge never touches what the learner's code ran on.
+"""
+
+import numpy as np
+
+from addnorm_lib.checks._core import (
+    Case,
+    Observation,
+    compare,
+    fail,
+    incomplete,
+    judge_call,
+    judged_calls,
+    observe,
+    passed,
+    probe_cases,
+)
+from addnorm_lib.checks._record import run_check
+
+# ----------------------------------------------------------------------------------------------
+# deepnorm_constants(architecture, num_encoder_layers, num_decoder_layers, stack) -> (alpha, beta)
+
+#: (architecture, N, M, stack, description), in the order they are checked
+CONSTANT_CASES = (
+    ("encoder-only", 6, 0, None, "an encoder-only model with N = 6 layers"),
+    ("encoder-only", 48, 0, None, "an encoder-only model with N = 48 layers"),
+    ("decoder-only", 0, 24, None, "a decoder-only model with M = 24 layers"),
+    ("encoder-decoder", 6, 6, "encoder", "the encoder of an encoder-decoder model, N = M = 6"),
+    ("encoder-decoder", 6, 6, "decoder", "the decoder of an encoder-decoder model, N = M = 6"),
+    ("encoder-decoder", 100, 20, "encoder", "the encoder of an encoder-decoder model, N = 100, "
+     "M = 20"),
+    ("encoder-decoder", 18, 50, "decoder", "the decoder of an encoder-decoder model, N = 18, "
+     "M = 50"),
+)  # fmt: skip
+
+
+def constants_cases(seed: int = 0) -> list[Case]:
+    """The calls checked; the constants are exact formulas, so ``seed`` changes nothing."""
+    cases = []
+    for architecture, n, m, stack, description in CONSTANT_CASES:
+        kwargs = {"num_encoder_layers": n, "num_decoder_layers": m}
+        if stack is not None:
+            kwargs["stack"] = stack
+        cases.append(Case(description, (architecture,), kwargs, atol=0.0, rtol=1e-6,
+                          hint="Check the formula for this architecture and stack in the "
+                          "table."))  # fmt: skip
+    return cases
+
+
+def probe_deepnorm_constants(deepnorm_constants, seed: int = 0) -> list[Observation]:
+    return probe_cases(deepnorm_constants, constants_cases(seed), ())
+
+
+def judge_deepnorm_constants(observations: list[Observation], seed: int = 0) -> str:
+    __tracebackhide__ = True
+    from addnorm_lib import deepnorm, mistakes
+
+    name = "deepnorm_constants"
+    cases = constants_cases(seed)
+    for case, observation, value in judged_calls(name, cases, observations):
+        pair = np.asarray(value, dtype=object) if isinstance(value, list) else None
+        if (
+            pair is None
+            or pair.shape != (2,)
+            or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
+        ):
+            fail(f"{name}, on {case.description}: return a tuple of two floats (alpha, beta), "
+                 f"not a {observation.type_name}.")  # fmt: skip
+        kwargs = case.kwargs
+        expected = np.array(deepnorm.deepnorm_constants(*case.args, **kwargs))
+        mistake_args = (case.args[0], kwargs["num_encoder_layers"], kwargs["num_decoder_layers"],
+                        kwargs.get("stack"))  # fmt: skip
+        compare(pair.astype(np.float64), expected, name=name, what="(alpha, beta)", case=case,
+                mistakes=mistakes.DEEPNORM_CONSTANTS_MISTAKES,
+                mistake_args=mistake_args)  # fmt: skip
+    return passed(name, [case.description for case in cases])
+
+
+def check_deepnorm_constants(deepnorm_constants, seed: int = 0) -> None:
+    """Check a learner's ``deepnorm_constants(architecture, N, M, stack) -> (alpha, beta)``."""
+    __tracebackhide__ = True
+    run_check("check_deepnorm_constants", probe_deepnorm_constants, judge_deepnorm_constants,
+              deepnorm_constants, seed)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# deepnorm_residual(x, sublayer, norm, alpha) -> norm(alpha * x + sublayer(x))
+
+D_MODEL, HEADS, FFN = 8, 2, 16
+
+
+def _fill_(module, rng) -> None:
+    """Overwrite every parameter of ``module`` with numpy draws (the same in probe and judge)."""
+    import torch
+
+    with torch.no_grad():
+        for name, parameter in module.named_parameters():
+            center = 1.0 if "norm" in name and name.endswith("weight") else 0.0
+            spread = 0.5 if "norm" in name else 1.0 / np.sqrt(parameter.shape[-1])
+            draw = rng.normal(center, spread, tuple(parameter.shape))
+            parameter.copy_(torch.from_numpy(draw))
+
+
+def residual_cases(seed: int = 0) -> list[Case]:
+    """Inputs ``(x, sublayer, norm, alpha)``: float64 torch objects rebuilt from the seed."""
+    import torch
+
+    from addnorm_lib.sublayers import FeedForward, SelfAttention
+
+    rng = np.random.default_rng(seed + 40)
+
+    def case(description, sublayer, alpha, shape=(2, 3, D_MODEL), hint=""):
+        norm = torch.nn.LayerNorm(D_MODEL, dtype=torch.float64)
+        sublayer = sublayer.double()
+        _fill_(sublayer, rng)
+        _fill_(norm, rng)
+        x = torch.from_numpy(rng.normal(0.0, 1.0, shape))  # (B, T, C)
+        return Case(description, (x, sublayer, norm, alpha), hint=hint)
+
+    return [
+        case("a (B, T, C) = (2, 3, 8) input, a FeedForward sublayer, alpha = 2.0",
+             FeedForward(D_MODEL, FFN), 2.0),
+        case("a (2, 3, 8) input, a SelfAttention sublayer, alpha = 1.5",
+             SelfAttention(D_MODEL, HEADS), 1.5),
+        case("alpha = 1.0, which is plain Post-LN: norm(x + G(x))", FeedForward(D_MODEL, FFN),
+             1.0, hint="With alpha = 1 the step is norm(x + sublayer(x))."),
+        case("a (1, 5, 8) input, causal SelfAttention, alpha = 3.0",
+             SelfAttention(D_MODEL, HEADS, causal=True), 3.0, shape=(1, 5, D_MODEL)),
+    ]  # fmt: skip
+
+
+def probe_deepnorm_residual(deepnorm_residual, seed: int = 0) -> list[Observation]:
+    import torch
+
+    with torch.no_grad():
+        return probe_cases(deepnorm_residual, residual_cases(seed), ())
+
+
+def judge_deepnorm_residual(observations: list[Observation], seed: int = 0) -> str:
+    __tracebackhide__ = True
+    import torch
+
+    from addnorm_lib import deepnorm, mistakes
+
+    name = "deepnorm_residual"
+    cases = residual_cases(seed)
+    for case, observation, y in judged_calls(name, cases, observations):
+        with torch.no_grad():
+            expected = deepnorm.deepnorm_residual(*case.args).numpy()
+        compare(y, expected, name=name, what="the output", case=case,
+                mistakes=mistakes.DEEPNORM_RESIDUAL_MISTAKES, mistake_args=case.args,
+                type_name=observation.type_name)  # fmt: skip
+    return passed(name, [case.description for case in cases])
+
+
+def check_deepnorm_residual(deepnorm_residual, seed: int = 0) -> None:
+    """Check a learner's ``deepnorm_residual(x, sublayer, norm, alpha)`` (torch)."""
+    __tracebackhide__ = True
+    run_check("check_deepnorm_residual", probe_deepnorm_residual, judge_deepnorm_residual,
+              deepnorm_residual, seed)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# deepnorm_init_(layer, beta): scale ffn.fc1, ffn.fc2, self_attn.v_proj, self_attn.out_proj
+
+INIT_BETAS = (0.25, 0.6)
+SCALED_HINT = (
+    "DeepNet scales the FFN's weights (ffn.fc1, ffn.fc2) and the attention's value and output "
+    "projections (self_attn.v_proj, self_attn.out_proj) by beta, and nothing else."
+)
+
+
+def init_layer(seed: int = 0):
+    """A float64 ``LayerParts`` with seeded weights, zero biases and unit norm weights."""
+    import torch
+
+    from addnorm_lib.sublayers import LayerParts
+
+    layer = LayerParts(16, 2, 32).double()
+    rng = np.random.default_rng(seed + 41)
+    with torch.no_grad():
+        for name, parameter in layer.named_parameters():
+            if "norm" in name or name.endswith("bias"):
+                continue  # LayerNorm's 1 and 0, zero biases: as DeepNet's initialization
+            parameter.copy_(torch.from_numpy(rng.normal(0.0, 0.2, tuple(parameter.shape))))
+    return layer
+
+
+def probe_deepnorm_init(deepnorm_init_, seed: int = 0) -> dict:
+    """Run the initializer on a fresh seeded layer per beta; record the state_dict after it."""
+
+    def run(beta):
+        layer = init_layer(seed)
+        deepnorm_init_(layer, beta)
+        return {k: v.detach().numpy().copy() for k, v in layer.state_dict().items()}
+
+    return {f"beta={beta}": observe(run, (beta,), {}) for beta in INIT_BETAS}
+
+
+def _judge_init_state(state: dict, original: dict, beta: float) -> None:
+    __tracebackhide__ = True
+    from addnorm_lib.deepnorm import DEEPNORM_SCALED
+
+    name = "deepnorm_init_"
+    where = f"{name}(layer, beta={beta})"
+    if sorted(state) != sorted(original):
+        fail(
+            f"{where} changed the layer's parameters: its state_dict keys are now "
+            f"{sorted(state)}. Scale the existing weights in place; do not add or remove any."
+        )
+    scaled = {f"{path}.weight" for path in DEEPNORM_SCALED}
+    for key, before in original.items():
+        after = np.asarray(state[key])
+        want = beta if key in scaled else 1.0
+        if after.shape == before.shape and np.allclose(after, want * before, rtol=1e-9, atol=0):
+            continue
+        if after.shape != before.shape:
+            fail(f"{where}: {key} changed shape from {before.shape} to {after.shape}.")
+        if key in scaled and np.allclose(after, before, rtol=1e-9, atol=0):
+            fail(f"{where}: {key} was not scaled.\nHint: {SCALED_HINT}")
+        if key in scaled and np.allclose(after, before / beta, rtol=1e-9, atol=0):
+            fail(f"{where}: {key} was divided by beta; DeepNet multiplies it by beta (< 1), "
+                 "to make the sublayers' initial updates small.")  # fmt: skip
+        if key.startswith(("self_attn.q_proj", "self_attn.k_proj")) and np.allclose(
+            after, beta * before, rtol=1e-9, atol=0
+        ):
+            fail(
+                f"{where}: you scaled {key} by beta. DeepNet leaves the query and key "
+                "projections as they are: they only set the attention pattern (through the "
+                f"softmax), not the size of the sublayer's output.\nHint: {SCALED_HINT}"
+            )
+        if key not in scaled and "weight" in key and np.allclose(after, beta * before, rtol=1e-9):
+            fail(f"{where}: you scaled {key} by beta.\nHint: {SCALED_HINT}")
+        if key in scaled:
+            fail(f"{where}: {key} changed, but not to beta times its value. Re-initializing it "
+                 "draws new numbers; this exercise scales the existing Xavier-initialized "
+                 "weights in place.\nHint: with torch.no_grad(): weight.mul_(beta).")  # fmt: skip
+        fail(f"{where}: {key} should not change, but it did.\nHint: {SCALED_HINT}")
+
+
+def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
+    __tracebackhide__ = True
+    if set(observations) != {f"beta={beta}" for beta in INIT_BETAS}:
+        incomplete("deepnorm_init_")
+    original = {k: v.detach().numpy() for k, v in init_layer(seed).state_dict().items()}
+    for beta in INIT_BETAS:
+        case = Case(f"a LayerParts(16, 2, 32) layer with beta = {beta}", ())
+        observation = observations[f"beta={beta}"]
+        _judge_init_state(judge_call(observation, "deepnorm_init_", case), original, beta)
+    return passed("deepnorm_init_", [
+        "scales ffn.fc1, ffn.fc2, self_attn.v_proj and self_attn.out_proj by beta, in place",
+        "leaves the query and key projections, the biases and the norms unchanged",
+        f"for beta in {INIT_BETAS}",
+    ])  # fmt: skip
+
+
+def check_deepnorm_init(deepnorm_init_, seed: int = 0) -> None:
+    """Check a learner's ``deepnorm_init_(layer, beta)`` on a seeded ``LayerParts``."""
+    __tracebackhide__ = True
+    run_check("check_deepnorm_init", probe_deepnorm_init, judge_deepnorm_init, deepnorm_init_,
+              seed)  # fmt: skip
+
+
+JUDGES = {
+    "check_deepnorm_constants": judge_deepnorm_constants,
+    "check_deepnorm_residual": judge_deepnorm_residual,
+    "check_deepnorm_init": judge_deepnorm_init,
+}

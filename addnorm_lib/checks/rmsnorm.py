@@ -1,0 +1,425 @@
+"""Checkers for the RMSNorm exercise: ``rms_norm``, ``rms_norm_backward`` and a torch module.
+
+Probes and judges as in :mod:`addnorm_lib.checks.layernorm`. The module check compares the
+learner's ``RMSNorm`` with ``torch.nn.RMSNorm`` probed the same way, including float16 and bfloat16
+inputs, which must be computed in float32 and cast back.
+"""
+
+import contextlib
+
+import numpy as np
+
+from addnorm_lib.checks._core import (
+    Case,
+    Observation,
+    compare,
+    expect_tuple,
+    fail,
+    incomplete,
+    judge_gradients,
+    judged_calls,
+    observe,
+    passed,
+    plain,
+    probe_cases,
+)
+from addnorm_lib.checks._record import run_check
+from addnorm_lib.checks._torch import TORCH_NORM_CALLED, torch_norms_forbidden
+
+SHAPE_HINT = (
+    "Your code must work for any number of leading axes: reduce with axis=-1 and keepdims=True, "
+    "so that the mean square broadcasts against x."
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# rms_norm(x, weight, eps) -> y
+
+
+def rms_norm_cases(seed: int = 0) -> list[Case]:
+    """Inputs for ``rms_norm(x, weight, eps)``, ordered from the simplest."""
+    rng = np.random.default_rng(seed + 30)
+
+    def case(description, x, eps=1e-6, **options):
+        weight = rng.uniform(0.5, 2.0, x.shape[-1]).astype(x.dtype)  # (C,), away from 1
+        return Case(description, (x, weight), {"eps": eps}, **options)
+
+    return [
+        case("a 2-D (N, C) = (4, 6) float64 input with mean 2", rng.normal(2.0, 1.0, (4, 6)),
+             hint="RMSNorm divides each row of x by sqrt(mean(x**2) + eps), over the last axis."),
+        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", rng.normal(-1.0, 2.0, (2, 3, 5)),
+             hint=SHAPE_HINT),
+        case("a batch of one, shape (1, 7)", rng.normal(size=(1, 7)), hint=SHAPE_HINT),
+        case("eps=0.1 instead of the default", rng.normal(size=(3, 4)), eps=0.1,
+             hint="Use the eps argument, inside the square root."),
+        case("rows of tiny values (RMS about 1e-3, so the mean square is close to eps=1e-6)",
+             rng.normal(0.0, 1e-3, (3, 8)), hint="eps belongs inside the square root."),
+        case("a float32 (4, 16) input", rng.normal(1.0, 1.0, (4, 16)).astype(np.float32),
+             atol=1e-5, rtol=1e-5),
+    ]  # fmt: skip
+
+
+def probe_rms_norm(rms_norm, seed: int = 0) -> list[Observation]:
+    return probe_cases(rms_norm, rms_norm_cases(seed), ("x", "weight"))
+
+
+def judge_rms_norm(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``rms_norm`` results with the reference (float64, cast back)."""
+    __tracebackhide__ = True
+    from addnorm_lib import mistakes, norms
+
+    cases = rms_norm_cases(seed)
+    for case, observation, y in judged_calls("rms_norm", cases, observations):
+        x = case.args[0]
+        as64 = [a.astype(np.float64) for a in case.args]
+        expected = norms.rms_norm(*as64, eps=case.kwargs["eps"]).astype(x.dtype)
+        compare(y, expected, name="rms_norm", what="the output", case=case,
+                mistakes=mistakes.RMS_NORM_MISTAKES, mistake_args=(*case.args, case.kwargs["eps"]),
+                type_name=observation.type_name)  # fmt: skip
+    return passed("rms_norm", [case.description for case in cases])
+
+
+def check_rms_norm(rms_norm, seed: int = 0) -> None:
+    """Check a learner's ``rms_norm(x, weight, eps=1e-6) -> y`` (numpy)."""
+    __tracebackhide__ = True
+    run_check("check_rms_norm", probe_rms_norm, judge_rms_norm, rms_norm, seed)
+
+
+# ----------------------------------------------------------------------------------------------
+# rms_norm_backward(dy, x, weight, eps) -> (dx, dweight)
+
+
+def rms_norm_backward_cases(seed: int = 0) -> list[Case]:
+    """Inputs for ``rms_norm_backward(dy, x, weight, eps)``."""
+    rng = np.random.default_rng(seed + 31)
+
+    def case(description, shape, eps=1e-6, hint=""):
+        x, dy = rng.normal(0.5, 2.0, shape), rng.normal(size=shape)
+        weight = rng.uniform(0.5, 2.0, shape[-1])
+        return Case(description, (dy, x, weight), {"eps": eps}, hint=hint)
+
+    return [
+        case("a 2-D (N, C) = (4, 6) float64 input", (4, 6)),
+        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", (2, 3, 5),
+             hint="dweight has weight's shape (C,): sum over every axis but the last."),
+        case("eps=0.1 instead of the default", (3, 4), eps=0.1,
+             hint="Use the eps argument, as in the forward pass."),
+    ]  # fmt: skip
+
+
+def probe_rms_norm_backward(rms_norm_backward, seed: int = 0) -> list[Observation]:
+    return probe_cases(rms_norm_backward, rms_norm_backward_cases(seed), ("dy", "x", "weight"))
+
+
+def judge_rms_norm_backward(observations: list[Observation], seed: int = 0) -> str:
+    __tracebackhide__ = True
+    from addnorm_lib import mistakes, norms
+
+    cases = rms_norm_backward_cases(seed)
+    for case, observation, grads in judged_calls("rms_norm_backward", cases, observations):
+        expect_tuple(observation, grads, "rms_norm_backward", ("dx", "dweight"))
+        expected = norms.rms_norm_backward(*case.args, eps=case.kwargs["eps"])
+        for index, what in enumerate(["dx", "dweight"]):
+            compare(grads[index], expected[index], name="rms_norm_backward", what=what, case=case,
+                    mistakes=mistakes.RMS_NORM_BACKWARD_MISTAKES,
+                    mistake_args=(*case.args, case.kwargs["eps"]),
+                    pick=lambda out, i=index: out[i])  # fmt: skip
+    return passed("rms_norm_backward", [case.description for case in cases])
+
+
+def check_rms_norm_backward(rms_norm_backward, seed: int = 0) -> None:
+    """Check a learner's ``rms_norm_backward(dy, x, weight, eps=1e-6) -> (dx, dweight)``."""
+    __tracebackhide__ = True
+    run_check("check_rms_norm_backward", probe_rms_norm_backward, judge_rms_norm_backward,
+              rms_norm_backward, seed)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------
+# The torch module RMSNorm(normalized_shape, eps=None, elementwise_affine=True)
+
+BATCH, TIME, FEATURES = 2, 3, 8
+# configuration name: (constructor arguments, keyword arguments, parameter shape or None)
+MODULE_CONFIGS = {
+    "default": ((FEATURES,), {}, (FEATURES,)),
+    "eps": ((FEATURES,), {"eps": 0.1}, (FEATURES,)),
+    "tuple": (((TIME, FEATURES),), {}, (TIME, FEATURES)),
+    "no_affine": ((FEATURES,), {"elementwise_affine": False}, None),
+}
+# half-precision inputs: name -> (dtype name, description, how the input is drawn)
+HALF_INPUTS = {
+    "float16_large": ("float16", "float16 input with values up to about 1000, whose squares "
+                      "overflow float16 (largest value 65504)", 400.0),
+    "float16_small": ("float16", "float16 input of tiny values (RMS about 1e-3, squares below "
+                      "float16's smallest normal number)", 1e-3),
+    "bfloat16": ("bfloat16", "bfloat16 input", 3.0),
+}  # fmt: skip
+HALF_TOLERANCE = 1e-2  # about 2 units in the last place of bfloat16, 5 of float16 near 1
+
+
+def _config_call(config: str) -> str:
+    args, kwargs, _ = MODULE_CONFIGS[config]
+    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"RMSNorm({', '.join(shown)})"
+
+
+def module_inputs(seed: int = 0) -> dict:
+    """Every input of the module check, drawn from the seed before any learner code runs."""
+    rng = np.random.default_rng(seed + 32)
+    shape = (BATCH, TIME, FEATURES)
+    parameters = {name: rng.uniform(0.5, 2.0, p_shape)
+                  for name, (_, _, p_shape) in MODULE_CONFIGS.items() if p_shape}  # fmt: skip
+    return {
+        "x": rng.normal(1.0, 2.0, shape),
+        "x32": rng.normal(size=shape).astype(np.float32),
+        "upstream": rng.normal(size=shape),
+        "parameters": parameters,
+        **{name: rng.normal(0.0, scale, shape) for name, (_, _, scale) in HALF_INPUTS.items()},
+    }
+
+
+def _plain_attribute(value):
+    return value if isinstance(value, str | bool | int | float | None) else plain(value)
+
+
+def probe_rms_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
+    """Exercise an RMSNorm class the way the judge needs; record every result as plain data."""
+    import torch
+
+    inputs = module_inputs(seed)
+    guard = torch_norms_forbidden if forbid_torch_norms else contextlib.nullcontext
+    tensor = torch.from_numpy
+
+    def construct(config):
+        args, kwargs, _ = MODULE_CONFIGS[config]
+        return cls(*args, **kwargs)
+
+    def loaded(config):
+        module = construct(config).double()
+        if config in inputs["parameters"]:
+            module.load_state_dict({"weight": tensor(inputs["parameters"][config])})
+        return module
+
+    def describe(config):
+        module = construct(config)
+        attributes = {a: getattr(module, a, "<missing>") for a in
+                      ("normalized_shape", "eps", "elementwise_affine")}  # fmt: skip
+        state = module.state_dict()
+        return {
+            "is_module": isinstance(module, torch.nn.Module),
+            "subclasses_torch": isinstance(module, torch.nn.RMSNorm),
+            "attributes": {k: _plain_attribute(v) for k, v in attributes.items()},
+            "state": {k: list(v.shape) for k, v in state.items()},
+            "parameters": [name for name, _ in module.named_parameters()],
+            "initial": {k: v.detach().double().numpy() for k, v in state.items()},
+        }
+
+    def forward(module, x):
+        with guard():
+            return module(x)
+
+    def half(name):
+        dtype = getattr(torch, HALF_INPUTS[name][0])
+        y = forward(loaded("default").to(dtype), tensor(inputs[name]).to(dtype))
+        return {"dtype": str(y.dtype).removeprefix("torch."), "value": y.detach().double()}
+
+    def gradients():
+        module = loaded("default")
+        x = tensor(inputs["x"].copy()).requires_grad_(True)
+        (forward(module, x) * tensor(inputs["upstream"])).sum().backward()
+        grads = {"input": x.grad, "weight": module.weight.grad}
+        return {k: None if g is None else g.numpy() for k, g in grads.items()}
+
+    def round_trip():
+        reference = torch.nn.RMSNorm(FEATURES, dtype=torch.float64)
+        reference.load_state_dict(loaded("default").state_dict())
+        return True
+
+    observations = {}
+    for config in MODULE_CONFIGS:
+        observations[f"describe:{config}"] = observe(describe, (config,), {})
+        observations[f"forward:{config}"] = observe(
+            lambda c=config: forward(loaded(c), tensor(inputs["x"].copy())), (), {}
+        )
+    observations["forward:float32"] = observe(
+        lambda: forward(loaded("default").float(), tensor(inputs["x32"].copy())), (), {}
+    )
+    for name in HALF_INPUTS:
+        observations[f"half:{name}"] = observe(half, (name,), {})
+    observations["gradients"] = observe(gradients, (), {})
+    observations["round_trip"] = observe(round_trip, (), {})
+    return observations
+
+
+def _judge_describe(observation: Observation, config: str) -> None:
+    __tracebackhide__ = True
+    call = _config_call(config)
+    if observation.not_implemented:
+        fail(f"{call} is not implemented yet: replace the stub with your code.")
+    if observation.error:
+        fail(f"{call} raised {observation.error}\nHint: the constructor mirrors "
+             "torch.nn.RMSNorm(normalized_shape, eps=None, elementwise_affine=True).")  # fmt: skip
+    info = observation.value
+    if not info["is_module"]:
+        fail("RMSNorm must be a torch.nn.Module subclass.")
+    if info["subclasses_torch"]:
+        fail("Your RMSNorm subclasses torch.nn.RMSNorm; subclass torch.nn.Module and write the "
+             "math yourself.")  # fmt: skip
+    if config == "default":
+        expected = {"normalized_shape": [FEATURES], "eps": None, "elementwise_affine": True}
+        for attribute, value in expected.items():
+            actual = info["attributes"][attribute]
+            if actual != value:
+                shown = tuple(value) if isinstance(value, list) else value
+                fail(f"RMSNorm({FEATURES}).{attribute} should be {shown!r} (as in "
+                     f"torch.nn.RMSNorm), but it is {actual!r}.")  # fmt: skip
+    shape = MODULE_CONFIGS[config][2]
+    keys = ["weight"] if shape else []
+    if sorted(info["state"]) != keys:
+        fail(f"{call}.state_dict() has keys {sorted(info['state'])}, but torch.nn.RMSNorm's are "
+             f"{keys}. RMSNorm has one parameter, weight (no bias); with "
+             "elementwise_affine=False, register_parameter('weight', None).")  # fmt: skip
+    if shape:
+        if "weight" not in info["parameters"]:
+            fail(f"{call}.weight is in the state_dict but is not an nn.Parameter: wrap it in "
+                 "nn.Parameter so that an optimizer trains it.")  # fmt: skip
+        if tuple(info["state"]["weight"]) != shape:
+            fail(f"{call}.weight has shape {tuple(info['state']['weight'])}; it should be {shape}.")
+        if config == "default" and not np.all(info["initial"]["weight"] == 1):
+            fail("A new RMSNorm should start with weight = 1, as torch.nn.RMSNorm.")
+
+
+def _forward_value(observations: dict, key: str, description: str):
+    """The recorded output of one forward probe, or CheckFailed if it raised."""
+    __tracebackhide__ = True
+    observation = observations[key]
+    if observation.error and TORCH_NORM_CALLED in observation.error:
+        fail("Your RMSNorm calls torch's own normalization function. The point of the exercise is "
+             "to write the math yourself with tensor operations (mean, rsqrt, ...).")  # fmt: skip
+    if observation.not_implemented:
+        fail("RMSNorm.forward is not implemented yet: replace the stub with your code.")
+    if observation.error:
+        fail(f"RMSNorm.forward raised {observation.error} on {description}")
+    return observation
+
+
+def _half_variants(name: str, seed: int) -> dict:
+    """What torch computes for the half-precision input when the module gets it wrong."""
+    import torch
+
+    inputs = module_inputs(seed)
+    dtype = getattr(torch, HALF_INPUTS[name][0])
+    x = torch.from_numpy(inputs[name]).to(dtype)
+    weight = torch.from_numpy(inputs["parameters"]["default"]).to(dtype)
+    float32_eps = torch.finfo(torch.float32).eps
+
+    def rms(t, eps):
+        return t * torch.rsqrt((t * t).mean(-1, keepdim=True) + eps) * weight
+
+    return {
+        "no_upcast": rms(x, float32_eps).double().numpy(),
+        "half_eps": rms(x.float(), torch.finfo(dtype).eps).to(dtype).double().numpy(),
+    }
+
+
+def _judge_half(observations: dict, reference: dict, name: str, seed: int) -> None:
+    __tracebackhide__ = True
+    dtype, description, _ = HALF_INPUTS[name]
+    description = f"a {description}, shape {(BATCH, TIME, FEATURES)}, module converted with .to()"
+    observation = _forward_value(observations, f"half:{name}", description)
+    mine, theirs = observation.value, reference[f"half:{name}"].value
+    if mine["dtype"] != dtype:
+        fail(
+            f"RMSNorm, on {description}: the output has dtype {mine['dtype']}, but the input was "
+            f"{dtype}.\nHint: compute in float32, then cast the result back with .to(x.dtype)."
+        )
+    close = np.allclose(mine["value"], theirs["value"], rtol=HALF_TOLERANCE, atol=HALF_TOLERANCE)
+    if close:
+        return
+    variants = _half_variants(name, seed)
+    if np.allclose(mine["value"], variants["half_eps"], rtol=HALF_TOLERANCE, atol=HALF_TOLERANCE):
+        fail(f"RMSNorm, on {description}: with eps=None you used torch.finfo({dtype}).eps. "
+             "torch.nn.RMSNorm computes half-precision inputs in float32 and takes float32's eps "
+             "(about 1.2e-7); float16's (about 1e-3) is large enough to shrink small inputs.\n"
+             "Hint: take torch.finfo of the dtype you compute in.")  # fmt: skip
+    if not np.allclose(mine["value"], variants["no_upcast"], rtol=HALF_TOLERANCE,
+                       atol=HALF_TOLERANCE, equal_nan=True):  # fmt: skip
+        compare(mine["value"], theirs["value"], name="RMSNorm", what="the output",
+                case=Case(description, (), atol=HALF_TOLERANCE, rtol=HALF_TOLERANCE))  # fmt: skip
+    fail(
+        f"RMSNorm, on {description}: your output matches computing the whole norm in {dtype}. "
+        "In half precision, x * x overflows (float16 stops at 65504) or underflows, and the mean "
+        "square loses its digits; torch.nn.RMSNorm and LLaMA compute in float32.\n"
+        "Hint: x32 = x.float(); normalize x32; cast the result back with .to(x.dtype)."
+    )
+
+
+def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
+    """Compare a recorded RMSNorm module with torch.nn.RMSNorm probed the same way."""
+    __tracebackhide__ = True
+    import torch
+
+    from addnorm_lib import mistakes
+
+    reference = probe_rms_norm_module(torch.nn.RMSNorm, seed, forbid_torch_norms=False)
+    if set(observations) != set(reference):
+        incomplete("RMSNorm")
+    inputs = module_inputs(seed)
+    checked = []
+
+    def forward(config, description, atol=1e-8):
+        key = f"forward:{config}"
+        observation = _forward_value(observations, key, description)
+        eps = MODULE_CONFIGS.get(config, (0, {}))[1].get("eps", np.finfo(np.float64).eps)
+        weight = inputs["parameters"].get(config)
+        known = mistakes.RMS_NORM_MISTAKES if config in ("default", "eps") else ()
+        compare(observation.value, reference[key].value, name="RMSNorm", what="the output",
+                case=Case(description, (), atol=atol, rtol=1e-6 if atol < 1e-6 else 0.0),
+                mistakes=known, mistake_args=(inputs["x"], weight, eps),
+                type_name=observation.type_name)  # fmt: skip
+
+    x_shape = (BATCH, TIME, FEATURES)
+    _judge_describe(observations["describe:default"], "default")
+    checked.append("constructor, attributes and parameter as torch.nn.RMSNorm")
+    forward("default", f"a float64 (B, T, C) = {x_shape} input, after loading torch's state_dict")
+    checked.append("loads a torch.nn.RMSNorm state_dict and matches it in float64")
+    forward("float32", "a float32 (B, T, C) input", atol=1e-5)
+    checked.append("keeps float32 as float32 and matches torch")
+    for name in HALF_INPUTS:
+        _judge_half(observations, reference, name, seed)
+    checked.append("float16 and bfloat16 inputs: computed in float32, cast back, as torch")
+    judge_gradients(observations["gradients"], reference["gradients"], "RMSNorm",
+                    "a float64 (B, T, C) input")  # fmt: skip
+    checked.append("gradients of input and weight match torch's")
+    _judge_describe(observations["describe:eps"], "eps")
+    forward("eps", f"{_config_call('eps')} on a {x_shape} input")
+    checked.append("uses its eps argument")
+    _judge_describe(observations["describe:tuple"], "tuple")
+    forward("tuple", f"normalized_shape=({TIME}, {FEATURES}) on a {x_shape} input (mean square "
+            "over the last two axes)")  # fmt: skip
+    checked.append("a tuple normalized_shape normalizes over the last len(normalized_shape) axes")
+    _judge_describe(observations["describe:no_affine"], "no_affine")
+    forward("no_affine", f"{_config_call('no_affine')} on a {x_shape} input")
+    checked.append("elementwise_affine=False as in torch")
+    if observations["round_trip"].error:
+        fail("torch.nn.RMSNorm could not load your module's state_dict: "
+             f"{observations['round_trip'].error}")  # fmt: skip
+    checked.append("its state_dict loads into torch.nn.RMSNorm")
+    return passed("RMSNorm", checked)
+
+
+def check_rms_norm_module(cls, seed: int = 0) -> None:
+    """Check a learner's torch ``RMSNorm`` class against ``torch.nn.RMSNorm``.
+
+    Construction, the weight parameter, loading torch's state_dict both ways, forward in float64,
+    float32, float16 and bfloat16 (computed in float32), a custom eps, a tuple normalized_shape,
+    gradients against torch's, and that torch's own norm functions are not called.
+    """
+    __tracebackhide__ = True
+    run_check("check_rms_norm_module", probe_rms_norm_module, judge_rms_norm_module, cls, seed)
+
+
+JUDGES = {
+    "check_rms_norm": judge_rms_norm,
+    "check_rms_norm_backward": judge_rms_norm_backward,
+    "check_rms_norm_module": judge_rms_norm_module,
+}
