@@ -34,6 +34,16 @@ def toc_files() -> list[str]:
     return [toc["root"], *walk(toc["parts"])]
 
 
+def test_every_exercise_is_in_the_toc_and_on_the_exercises_page():
+    """A new exercise notebook cannot be left out of the book by accident (no build needed)."""
+    in_toc = set(toc_files())
+    page = (ROOT / "book" / "exercises.md").read_text(encoding="utf-8")
+    for notebook in sorted((ROOT / "exercises").glob("*.ipynb")):
+        assert f"exercises/{notebook.stem}" in in_toc, f"{notebook.name} is not in _toc.yml"
+        assert f"{{doc}}`../exercises/{notebook.stem}`" in page, f"{notebook.name} not listed"
+        assert f"<../exercises/{notebook.name}>" in page, f"{notebook.name}: no download link"
+
+
 @pytest.fixture(scope="module")
 def built_book(tmp_path_factory):
     """Build the real book from scratch in a temporary folder: every chapter executes."""

@@ -163,6 +163,56 @@ BATCHNORM_MUTANTS = [
 MUTANTS += BATCHNORM_MUTANTS
 
 
+def rmsnorm(name, cell, edits, fails, phrase):
+    return Mutant(name, cell, edits, frozenset({fails}), phrase, assignment="rmsnorm")
+
+
+RMSNORM_MUTANTS = [
+    rmsnorm("eps outside the root", "rms_norm",
+            (("x / np.sqrt(mean_square + eps)", "x / (np.sqrt(mean_square) + eps)"),),
+            "test_rms_norm", "outside the square root"),
+    rmsnorm("subtracts the mean", "rms_norm",
+            (("x_hat = x / np.sqrt(mean_square + eps)",
+              "x_hat = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, "
+              "keepdims=True) + eps)"),), "test_rms_norm", "You subtracted the mean"),
+    rmsnorm("no weight", "rms_norm", (("(x_hat * weight)", "(x_hat)"),), "test_rms_norm",
+            "You left out the weight"),
+    rmsnorm("backward treats the RMS as a constant", "rms_norm_backward",
+            (("(dx_hat - through_rms) / rms", "dx_hat / rms"),), "test_rms_norm_backward",
+            "treats the RMS as a constant"),
+    rmsnorm("no upcast for half precision", "rms_norm_module",
+            (("x32 = x.float() if half else x", "x32 = x"),), "test_rms_norm_module",
+            "matches computing the whole norm in float16"),
+    rmsnorm("module subtracts the mean", "rms_norm_module",
+            (("        mean_square = (x32 * x32)",
+              "        x32 = x32 - x32.mean(dim=dims, keepdim=True)\n"
+              "        mean_square = (x32 * x32)"),),
+            "test_rms_norm_module", "You subtracted the mean"),
+]  # fmt: skip
+MUTANTS += RMSNORM_MUTANTS
+
+
+def deepnorm(name, cell, edits, fails, phrase):
+    return Mutant(name, cell, edits, frozenset({fails}), phrase, assignment="deepnorm")
+
+
+DEEPNORM_MUTANTS = [
+    deepnorm("encoder-decoder encoder with the one-stack formula", "deepnorm_constants",
+             (("return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)",
+               "return (2 * n) ** 0.25, (8 * n) ** -0.25"),),
+             "test_deepnorm_constants", "you used the one-stack formulas"),
+    deepnorm("alpha on the branch", "deepnorm_residual",
+             (("norm(alpha * x + sublayer(x))", "norm(x + alpha * sublayer(x))"),),
+             "test_deepnorm_residual", "You multiplied the sublayer's output by alpha"),
+    deepnorm("beta on the query and key projections", "deepnorm_init",
+             (("            layer.ffn.fc1,\n",
+               "            layer.self_attn.q_proj,\n            layer.self_attn.k_proj,\n"
+               "            layer.ffn.fc1,\n"),),
+             "test_deepnorm_init", "you scaled self_attn.q_proj.weight by beta"),
+]  # fmt: skip
+MUTANTS += DEEPNORM_MUTANTS
+
+
 def mutate(nb, mutant):
     """A copy of nb with the mutant's edits applied to its answer cell."""
     nb = nbformat.from_dict(nb)
