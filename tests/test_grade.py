@@ -158,6 +158,11 @@ def submissions():
         "from addnorm_lib.blocks import plain_block, residual_block\n",
         nbformat.from_dict(residuals),
     )
+    cases["deepnorm_imports_reference"] = with_answer(
+        "deepnorm_residual",
+        "from addnorm_lib.deepnorm import deepnorm_residual\n",
+        nbformat.read(ROOT / "solutions" / "deepnorm.ipynb", as_version=4),
+    )
     return cases
 
 
@@ -338,6 +343,8 @@ def test_a_second_assignment_in_the_same_folder(graded):
     assert found[FORWARD] == "" and row(graded, "correct")["test_blocks"] == ""
     stolen = row(graded, "residuals_imports_reference")
     assert stolen["test_blocks"] == "0" and stolen["test_blocks_backward"] == "4"
+    deepnorm = row(graded, "deepnorm_imports_reference")  # the DeepNorm reference is hidden too
+    assert (deepnorm["test_deepnorm_residual"], deepnorm["test_deepnorm_init"]) == ("0", "2")
 
 
 def test_files_written_by_a_submission_change_nothing(graded):
