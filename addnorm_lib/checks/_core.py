@@ -269,6 +269,31 @@ def compare(
     )
 
 
+def compare_tuple(
+    observation: Observation,
+    value,
+    expected: Sequence,
+    *,
+    name: str,
+    names: Sequence[str],
+    case: Case,
+    mistakes: Sequence[Mistake] | Sequence[Sequence[Mistake]] = (),
+    mistake_args: tuple = (),
+):
+    """Check a returned tuple output by output: its length, then each array as :func:`compare`.
+
+    ``mistakes`` is one catalogue for every output (a mistake returns the whole tuple) or one
+    catalogue per output, in the order of ``names``.
+    """
+    __tracebackhide__ = True
+    expect_tuple(observation, value, name, names)
+    per_output = bool(mistakes) and not hasattr(mistakes[0], "compute")
+    for index, what in enumerate(names):
+        known = mistakes[index] if per_output else mistakes
+        compare(value[index], expected[index], name=name, what=what, case=case, mistakes=known,
+                mistake_args=mistake_args, pick=lambda out, i=index: out[i])  # fmt: skip
+
+
 def passed(name: str, checked: Sequence[str]) -> str:
     """The summary a passing check prints: which inputs and properties the code got right."""
     return "\n".join([f"✓ {name} passed {len(checked)} checks:", *(f"    - {c}" for c in checked)])

@@ -16,7 +16,7 @@ from addnorm_lib.checks._core import (
     Case,
     Observation,
     compare,
-    expect_tuple,
+    compare_tuple,
     fail,
     incomplete,
     judge_gradients,
@@ -97,13 +97,10 @@ def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
 
     cases = batch_norm_cases(seed)
     for case, observation, outputs in judged_calls("batch_norm", cases, observations):
-        expect_tuple(observation, outputs, "batch_norm", OUTPUTS)
-        expected = norms.batch_norm(*case.args, **case.kwargs)
-        mistake_args = (*case.args, case.kwargs["momentum"], case.kwargs["eps"])
-        for index, what in enumerate(OUTPUTS):
-            compare(outputs[index], expected[index], name="batch_norm", what=what, case=case,
-                    mistakes=mistakes.BATCH_NORM_MISTAKES, mistake_args=mistake_args,
-                    pick=lambda out, i=index: out[i])  # fmt: skip
+        compare_tuple(observation, outputs, norms.batch_norm(*case.args, **case.kwargs),
+                      name="batch_norm", names=OUTPUTS, case=case,
+                      mistakes=mistakes.BATCH_NORM_MISTAKES, mistake_args=(
+                          *case.args, case.kwargs["momentum"], case.kwargs["eps"]))  # fmt: skip
     return passed("batch_norm", [case.description for case in cases])
 
 
@@ -123,13 +120,11 @@ def judge_batch_norm_backward(observations: list[Observation], seed: int = 0) ->
 
     cases = batch_norm_backward_cases(seed)
     for case, observation, grads in judged_calls("batch_norm_backward", cases, observations):
-        expect_tuple(observation, grads, "batch_norm_backward", GRADIENTS)
-        expected = norms.batch_norm_backward(*case.args, eps=case.kwargs["eps"])
-        mistake_args = (*case.args, case.kwargs["eps"])
-        for index, what in enumerate(GRADIENTS):
-            compare(grads[index], expected[index], name="batch_norm_backward", what=what,
-                    case=case, mistakes=mistakes.BATCH_NORM_BACKWARD_MISTAKES,
-                    mistake_args=mistake_args, pick=lambda out, i=index: out[i])  # fmt: skip
+        compare_tuple(observation, grads,
+                      norms.batch_norm_backward(*case.args, eps=case.kwargs["eps"]),
+                      name="batch_norm_backward", names=GRADIENTS, case=case,
+                      mistakes=mistakes.BATCH_NORM_BACKWARD_MISTAKES,
+                      mistake_args=(*case.args, case.kwargs["eps"]))  # fmt: skip
     return passed("batch_norm_backward", [case.description for case in cases])
 
 

@@ -18,7 +18,7 @@ from addnorm_lib.checks._core import (
     Case,
     Observation,
     compare,
-    expect_tuple,
+    compare_tuple,
     fail,
     incomplete,
     judge_gradients,
@@ -156,17 +156,12 @@ def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) ->
 
     cases = layer_norm_backward_cases(seed)
     for case, observation, grads in judged_calls("layer_norm_backward", cases, observations):
-        expect_tuple(observation, grads, "layer_norm_backward", ("dx", "dgamma", "dbeta"))
-        expected = norms.layer_norm_backward(*case.args, eps=case.kwargs["eps"])
-        mistake_args = (*case.args, case.kwargs["eps"])
         known = [mistakes.LAYER_NORM_BACKWARD_DX_MISTAKES,
                  mistakes.LAYER_NORM_BACKWARD_DGAMMA_MISTAKES, ()]  # fmt: skip
-        for index, what in enumerate(["dx", "dgamma", "dbeta"]):
-            compare(
-                grads[index], expected[index], name="layer_norm_backward", what=what, case=case,
-                mistakes=known[index], mistake_args=mistake_args,
-                pick=lambda out, i=index: out[i],
-            )  # fmt: skip
+        compare_tuple(observation, grads,
+                      norms.layer_norm_backward(*case.args, eps=case.kwargs["eps"]),
+                      name="layer_norm_backward", names=("dx", "dgamma", "dbeta"), case=case,
+                      mistakes=known, mistake_args=(*case.args, case.kwargs["eps"]))  # fmt: skip
     return passed("layer_norm_backward", [case.description for case in cases])
 
 

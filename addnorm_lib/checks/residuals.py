@@ -17,7 +17,7 @@ from addnorm_lib.checks._core import (
     Case,
     Observation,
     compare,
-    expect_tuple,
+    compare_tuple,
     judged_calls,
     passed,
     probe_cases,
@@ -154,12 +154,8 @@ def _judge_backward(name: str, observations: list[Observation], seed: int, resid
     known = mistakes.RESIDUAL_BACKWARD_MISTAKES if residual else mistakes.PLAIN_BACKWARD_MISTAKES
     cases = backward_cases(seed)
     for case, observation, grads in judged_calls(name, cases, observations):
-        expect_tuple(observation, grads, name, GRADIENTS)
-        expected = reference(*case.args)
-        for index, what in enumerate(GRADIENTS):
-            compare(grads[index], expected[index], name=name, what=what, case=case,
-                    mistakes=known, mistake_args=case.args,
-                    pick=lambda out, i=index: out[i])  # fmt: skip
+        compare_tuple(observation, grads, reference(*case.args), name=name, names=GRADIENTS,
+                      case=case, mistakes=known, mistake_args=case.args)  # fmt: skip
     return passed(name, [case.description for case in cases])
 
 

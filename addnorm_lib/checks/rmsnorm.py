@@ -13,7 +13,7 @@ from addnorm_lib.checks._core import (
     Case,
     Observation,
     compare,
-    expect_tuple,
+    compare_tuple,
     fail,
     incomplete,
     judge_gradients,
@@ -117,13 +117,11 @@ def judge_rms_norm_backward(observations: list[Observation], seed: int = 0) -> s
 
     cases = rms_norm_backward_cases(seed)
     for case, observation, grads in judged_calls("rms_norm_backward", cases, observations):
-        expect_tuple(observation, grads, "rms_norm_backward", ("dx", "dweight"))
-        expected = norms.rms_norm_backward(*case.args, eps=case.kwargs["eps"])
-        for index, what in enumerate(["dx", "dweight"]):
-            compare(grads[index], expected[index], name="rms_norm_backward", what=what, case=case,
-                    mistakes=mistakes.RMS_NORM_BACKWARD_MISTAKES,
-                    mistake_args=(*case.args, case.kwargs["eps"]),
-                    pick=lambda out, i=index: out[i])  # fmt: skip
+        compare_tuple(observation, grads,
+                      norms.rms_norm_backward(*case.args, eps=case.kwargs["eps"]),
+                      name="rms_norm_backward", names=("dx", "dweight"), case=case,
+                      mistakes=mistakes.RMS_NORM_BACKWARD_MISTAKES,
+                      mistake_args=(*case.args, case.kwargs["eps"]))  # fmt: skip
     return passed("rms_norm_backward", [case.description for case in cases])
 
 
