@@ -126,24 +126,30 @@ def check_layer_norm(layer_norm, seed: int = 0) -> None:
 # layer_norm_backward(dy, x, gamma, eps) -> (dx, dgamma, dbeta)
 
 
-def layer_norm_backward_cases(seed: int = 0) -> list[Case]:
-    """Inputs for ``layer_norm_backward(dy, x, gamma, eps)``."""
-    rng = np.random.default_rng(seed + 1)
+def last_axis_backward_cases(rng, default_eps: float, parameter_hint: str) -> list[Case]:
+    """Inputs ``(dy, x, gain)`` for the backward pass of a norm over the last axis (LN, RMSNorm).
 
-    def case(description, shape, eps=1e-5, hint=""):
-        x = rng.normal(0.5, 2.0, shape)
-        dy = rng.normal(size=shape)
-        gamma, _ = _affine(rng, shape[-1])
-        return Case(description, (dy, x, gamma), {"eps": eps}, hint=hint)
+    ``parameter_hint`` is said when the 3-D case fails: how the parameter gradients are summed.
+    """
+
+    def case(description, shape, eps=default_eps, hint=""):
+        x, dy = rng.normal(0.5, 2.0, shape), rng.normal(size=shape)
+        gain = rng.uniform(0.5, 2.0, shape[-1])  # (C,), away from 1
+        return Case(description, (dy, x, gain), {"eps": eps}, hint=hint)
 
     return [
         case("a 2-D (N, C) = (4, 6) float64 input", (4, 6)),
-        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", (2, 3, 5),
-             hint="dgamma and dbeta have gamma's shape (C,): sum over every axis except the "
-             "last, axis=tuple(range(x.ndim - 1))."),
+        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", (2, 3, 5), hint=parameter_hint),
         case("eps=0.1 instead of the default", (3, 4), eps=0.1,
              hint="Use the eps argument, as in the forward pass."),
     ]  # fmt: skip
+
+
+def layer_norm_backward_cases(seed: int = 0) -> list[Case]:
+    """Inputs for ``layer_norm_backward(dy, x, gamma, eps)``."""
+    hint = ("dgamma and dbeta have gamma's shape (C,): sum over every axis except the last, "
+            "axis=tuple(range(x.ndim - 1)).")  # fmt: skip
+    return last_axis_backward_cases(np.random.default_rng(seed + 1), 1e-5, hint)
 
 
 def probe_layer_norm_backward(layer_norm_backward, seed: int = 0) -> list[Observation]:

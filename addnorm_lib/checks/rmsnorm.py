@@ -25,6 +25,7 @@ from addnorm_lib.checks._core import (
 )
 from addnorm_lib.checks._record import run_check
 from addnorm_lib.checks._torch import TORCH_NORM_CALLED, torch_norms_forbidden
+from addnorm_lib.checks.layernorm import last_axis_backward_cases
 
 SHAPE_HINT = (
     "Your code must work for any number of leading axes: reduce with axis=-1 and keepdims=True, "
@@ -91,20 +92,8 @@ def check_rms_norm(rms_norm, seed: int = 0) -> None:
 
 def rms_norm_backward_cases(seed: int = 0) -> list[Case]:
     """Inputs for ``rms_norm_backward(dy, x, weight, eps)``."""
-    rng = np.random.default_rng(seed + 31)
-
-    def case(description, shape, eps=1e-6, hint=""):
-        x, dy = rng.normal(0.5, 2.0, shape), rng.normal(size=shape)
-        weight = rng.uniform(0.5, 2.0, shape[-1])
-        return Case(description, (dy, x, weight), {"eps": eps}, hint=hint)
-
-    return [
-        case("a 2-D (N, C) = (4, 6) float64 input", (4, 6)),
-        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", (2, 3, 5),
-             hint="dweight has weight's shape (C,): sum over every axis but the last."),
-        case("eps=0.1 instead of the default", (3, 4), eps=0.1,
-             hint="Use the eps argument, as in the forward pass."),
-    ]  # fmt: skip
+    hint = "dweight has weight's shape (C,): sum over every axis but the last."
+    return last_axis_backward_cases(np.random.default_rng(seed + 31), 1e-6, hint)
 
 
 def probe_rms_norm_backward(rms_norm_backward, seed: int = 0) -> list[Observation]:
