@@ -33,6 +33,7 @@ __all__ = [
     "RMSNorm",
     "batch_norm_stats",
     "layer_norm",
+    "llama_rms_norm",
     "normalize_affine",
     "rms_norm",
 ]
@@ -383,3 +384,34 @@ class RMSNorm(nn.Module):
         return (
             f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
         )
+
+
+# ----------------------------------------------------------------------------------------------
+# RMSNorm as LLaMA writes it (RMSNorm chapter)
+
+
+def llama_rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """RMSNorm over the last dim, computed the way LLaMA's ``RMSNorm`` module does.
+
+    ``y = (x_f * rsqrt(mean(x_f**2) + eps)).to(x.dtype) * weight`` with ``x_f = x.float()``: the
+    normalization is computed in float32 (for float16/bfloat16 inputs this avoids overflow of
+    ``x**2`` and the coarse rounding of half precision), cast back to the input's dtype, and only
+    *then* multiplied by ``weight``. :func:`rms_norm` (and ``torch.nn.RMSNorm``) multiply by
+    ``weight`` before casting back, so the two can differ by one rounding of the output dtype.
+    LLaMA's class default is ``eps=1e-6``; Llama 2 checkpoints use ``1e-5``.
+
+    Args:
+        x: tensor of shape ``(*, C)``, any floating dtype. float64 stays float64 (``x.float()``
+            would round it; this is the only departure from LLaMA's code, which never sees float64).
+        weight: gain of shape ``(C,)``.
+        eps: added to the mean square inside the root.
+
+    Returns:
+        A tensor of shape ``(*, C)``. Its dtype is ``torch.promote_types(x.dtype, weight.dtype)``:
+        ``x.dtype`` when ``weight`` has the input's dtype, as in a half-precision model.
+    """
+    _check_trailing_shape("llama_rms_norm", x, tuple(weight.shape))
+    xf = x.to(_compute_dtype(x.dtype))  # (*, C) float32 for half inputs
+    ms = (xf * xf).mean(dim=-1, keepdim=True)  # (*, 1) mean square
+    normed = (xf * torch.rsqrt(ms + eps)).to(x.dtype)  # (*, C) back to the input's dtype
+    return normed * weight  # (*, C)
