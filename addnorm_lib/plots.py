@@ -31,9 +31,11 @@ __all__ = [
     "describe_reduction",
     "draw_reduction",
     "loglog_errors",
+    "plot_deepnorm_constants",
     "plot_histograms",
     "plot_per_layer",
     "plot_reductions",
+    "plot_runs",
     "shared_statistics_mask",
     "use_style",
 ]
@@ -450,3 +452,74 @@ def plot_histograms(
         ax.hist(x, edges, density=True, histtype="step", linewidth=1.6, color=color, label=label)
     ax.set_yticks([])
     return edges
+
+
+# ----------------------------------------------------------------------------------------------
+# DeepNorm chapter
+
+
+def plot_deepnorm_constants(
+    ax_alpha: Axes,
+    ax_beta: Axes,
+    depths: Sequence[int],
+    constants: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+) -> None:
+    """Draw DeepNorm's alpha and beta against the number of layers, one line per stack.
+
+    Args:
+        ax_alpha, ax_beta: axes for alpha and for beta (log-log axes).
+        depths: numbers of layers, shape ``(D,)``.
+        constants: label (e.g. ``"encoder-only"``) -> ``(alphas, betas)``, each of shape ``(D,)``.
+    """
+    depths = np.asarray(depths, dtype=float)  # (D,)
+    for label, (alphas, betas) in constants.items():
+        (line,) = ax_alpha.plot(depths, np.asarray(alphas, dtype=float), label=label)
+        ax_beta.plot(depths, np.asarray(betas, dtype=float), label=label, color=line.get_color())
+    for ax, name in ((ax_alpha, "alpha (residual weight)"), (ax_beta, "beta (init scale)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("number of layers N (= M)")
+        ax.set_ylabel(name)
+        ax.axhline(1.0, color="#999999", linestyle=":", linewidth=1)
+    _round_log_ticks(ax_alpha)
+    _round_log_ticks(ax_beta)
+
+
+def _round_log_ticks(ax: Axes) -> None:
+    """Label a log y axis at the 1-2-5 values in its range, as plain numbers (0.2, not 2e-1)."""
+    low, high = ax.get_ylim()
+    ticks = [m * 10.0**e for e in range(-3, 4) for m in (1, 2, 5) if low <= m * 10.0**e <= high]
+    ax.yaxis.set_minor_formatter(mpl.ticker.NullFormatter())
+    ax.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    ax.set_ylim(low, high)
+
+
+def plot_runs(
+    ax: Axes,
+    runs: Mapping[str, Sequence[np.ndarray]],
+    colors: Mapping[str, str] | None = None,
+    window: int = 1,
+) -> None:
+    """Plot one curve per run against the step (1-based): e.g. losses or output changes.
+
+    Args:
+        ax: axes to draw on (its scale, labels and title are left to the caller).
+        runs: label -> a list of ``K`` float arrays of shape ``(S,)`` (one per seed); NaN entries
+            (steps that were not measured, or after a divergence) are not drawn. Only the first
+            seed of a label appears in the legend.
+        colors: label -> colour; the colour cycle if None.
+        window: moving-average window (1: the raw values); the first ``window - 1`` steps are
+            dropped.
+    """
+    for label, curves in runs.items():
+        color = (colors or {}).get(label)
+        for k, curve in enumerate(curves):
+            curve = np.asarray(curve, dtype=float)  # (S,)
+            if window > 1:
+                curve = np.convolve(curve, np.ones(window) / window, mode="valid")
+            steps = np.arange(window, window + len(curve))
+            (line,) = ax.plot(
+                steps, curve, color=color, label=label if k == 0 else None, alpha=1 - 0.35 * k
+            )
+            color = line.get_color()
+    ax.set_xlabel("step")
