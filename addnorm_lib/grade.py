@@ -225,7 +225,7 @@ def isolation() -> list[str]:
 
 
 # The exercises' answers, in effect: hidden from graded kernels.
-REFERENCE_MODULES = ("norms", "nn", "mistakes", "blocks", "deepnorm")
+REFERENCE_MODULES = ("norms", "nn", "mistakes", "blocks", "deepnorm", "placement")
 
 
 def hidden_paths(settings: Settings, outdir: Path) -> tuple[list[Path], list[Path]]:

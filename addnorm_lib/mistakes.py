@@ -762,3 +762,170 @@ DEEPNORM_RESIDUAL_MISTAKES = (
         _residual_variant("no_norm"),
     ),
 )
+
+
+# ----------------------------------------------------------------------------------------------
+# Placement: PostLNBlock / PreLNBlock(self_attn, ffn, d_model) and PreLNStack(layers, norm).
+# A block mistake computes the block's output from (x, self_attn, ffn, norm1, norm2).
+
+
+def _block_variant(kind):
+    """A Post-LN or Pre-LN block written the wrong way; ``kind`` names how."""
+
+    def compute(x, self_attn, ffn, norm1, norm2):
+        import torch
+
+        with torch.no_grad():
+            if kind == "pre_ln":
+                x = x + self_attn(norm1(x))
+                return x + ffn(norm2(x))
+            if kind == "post_ln":
+                x = norm1(x + self_attn(x))
+                return norm2(x + ffn(x))
+            if kind == "one_norm_post":
+                x = norm1(x + self_attn(x))
+                return norm1(x + ffn(x))
+            if kind == "one_norm_pre":
+                x = x + self_attn(norm1(x))
+                return x + ffn(norm1(x))
+            if kind == "ffn_first_post":
+                x = norm1(x + ffn(x))
+                return norm2(x + self_attn(x))
+            if kind == "ffn_first_pre":
+                x = x + ffn(norm1(x))
+                return x + self_attn(norm2(x))
+            if kind == "normalized_residual":
+                x = norm1(x) + self_attn(norm1(x))
+                return norm2(x) + ffn(norm2(x))
+            if kind == "norm_on_branch":
+                x = x + norm1(self_attn(x))
+                return x + norm2(ffn(x))
+            if kind == "post_norm_inside":  # norm the sublayer's input and the sum
+                x = norm1(x + self_attn(norm1(x)))
+                return norm2(x + ffn(norm2(x)))
+            return ffn(self_attn(x))  # no residual at all
+
+    return compute
+
+
+def _block_mistake(kind, diagnosis, hint):
+    return Mistake(kind, diagnosis, hint, _block_variant(kind))
+
+
+_POST = "x = norm1(x + self_attn(x)); then x = norm2(x + ffn(x))."
+_PRE = "x = x + self_attn(norm1(x)); then x = x + ffn(norm2(x))."
+POST_LN_BLOCK_MISTAKES = (
+    _block_mistake("pre_ln", "Your block is Pre-LN: it normalizes the sublayers' inputs. Post-LN "
+                   "adds first and normalizes the sum.", _POST),
+    _block_mistake("one_norm_post", "Your block uses norm1 twice: the FFN's sum must go through "
+                   "norm2, which has its own weight and bias.", _POST),
+    _block_mistake("ffn_first_post", "Your block runs the FFN before the attention: a Transformer "
+                   "layer attends first.", _POST),
+    _block_mistake("post_norm_inside", "Your block normalizes the sublayers' inputs as well as the "
+                   "sums: Post-LN's sublayers read the stream as it is.", _POST),
+    _block_mistake("norm_on_branch", "Your block normalizes each sublayer's output before adding "
+                   "it (OLMo 2's placement), not the sum.", _POST),
+    _block_mistake("no_residual", "Your block has no residual connection: the sublayers' outputs "
+                   "must be added to their inputs.", _POST),
+)  # fmt: skip
+PRE_LN_BLOCK_MISTAKES = (
+    _block_mistake("post_ln", "Your block is Post-LN: it normalizes the sum after the add. Pre-LN "
+                   "normalizes a copy of the stream for each sublayer and never the stream.", _PRE),
+    _block_mistake("one_norm_pre", "Your block uses norm1 for both sublayers: the FFN's input must "
+                   "go through norm2, which has its own weight and bias.", _PRE),
+    _block_mistake("ffn_first_pre", "Your block runs the FFN before the attention: a Transformer "
+                   "layer attends first.", _PRE),
+    _block_mistake("normalized_residual", "Your block adds the sublayer's output to the "
+                   "*normalized* stream, norm1(x) + self_attn(norm1(x)): the residual must carry "
+                   "x itself, unnormalized.", _PRE),
+    _block_mistake("norm_on_branch", "Your block normalizes each sublayer's output (OLMo 2's "
+                   "placement) instead of its input.", _PRE),
+    _block_mistake("no_residual", "Your block has no residual connection: the sublayers' outputs "
+                   "must be added to their inputs.", _PRE),
+)  # fmt: skip
+
+
+def _stack_variant(kind):
+    """PreLNStack's forward written the wrong way, from (x, layers, norm)."""
+
+    def compute(x, layers, norm):
+        import torch
+
+        with torch.no_grad():
+            if kind == "norm_first":
+                x = norm(x)
+            for layer in reversed(layers) if kind == "reversed" else layers:
+                x = layer(x)
+                if kind == "norm_after_each":
+                    x = norm(x)
+            return norm(x) if kind in ("reversed",) else x
+
+    return compute
+
+
+PRE_LN_STACK_MISTAKES = (
+    Mistake("no_final_norm", "Your stack returns the last layer's output without the final norm: "
+            "a Pre-LN stream is never normalized inside the blocks, so the stack must end with "
+            "norm.", "for layer in self.layers: x = layer(x); then return self.norm(x).",
+            _stack_variant("no_final_norm")),
+    Mistake("norm_after_each", "Your stack applies the final norm after every layer: it belongs "
+            "once, at the end.", "for layer in self.layers: x = layer(x); then return "
+            "self.norm(x).", _stack_variant("norm_after_each")),
+    Mistake("norm_first", "Your stack applies its norm before the layers instead of after them.",
+            "for layer in self.layers: x = layer(x); then return self.norm(x).",
+            _stack_variant("norm_first")),
+    Mistake("reversed", "Your stack applies the layers in reverse order.",
+            "Apply self.layers in the order given.", _stack_variant("reversed")),
+)  # fmt: skip
+
+
+def _schedule_variant(kind):
+    """vaswani_lr(step, d_model, warmup) with one slip; a 0-d array, as the judge compares."""
+
+    def compute(step, d_model, warmup=4000):
+        if kind == "off_by_one":
+            step = step + 1
+        scale = 1.0 if kind == "no_d_model" else d_model**-0.5
+        rise = step * warmup ** (-0.5 if kind == "warmup_power" else -1.5)
+        pick = max if kind == "max" else min
+        return np.array(scale * pick(step**-0.5, rise))
+
+    return compute
+
+
+VASWANI_LR_MISTAKES = (
+    Mistake("no_d_model", "Your schedule leaves out the d_model ** -0.5 factor.",
+            "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+            _schedule_variant("no_d_model")),
+    Mistake("max_instead_of_min", "Your schedule takes the max of the two branches: the min is "
+            "what makes it rise, then fall.",
+            "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+            _schedule_variant("max")),
+    Mistake("warmup_power", "Your warm-up branch uses warmup ** -0.5: it is step * warmup ** -1.5, "
+            "so that both branches meet at step = warmup.",
+            "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+            _schedule_variant("warmup_power")),
+    Mistake("off_by_one", "Your schedule is one step ahead: steps are counted from 1, as given.",
+            "Use step as it is; do not add 1.", _schedule_variant("off_by_one")),
+)  # fmt: skip
+
+
+def _rsqrt_variant(kind):
+    """warmup_rsqrt_lr(step, peak_lr, warmup) with one slip; a 0-d array."""
+
+    def compute(step, peak_lr, warmup):
+        if kind == "off_by_one":
+            step = step + 1
+        decay = warmup / step if kind == "no_sqrt" else (warmup / step) ** 0.5
+        return np.array(peak_lr * min(step / warmup, decay))
+
+    return compute
+
+
+WARMUP_RSQRT_LR_MISTAKES = (
+    Mistake("no_sqrt", "After the warm-up your schedule decays as warmup / step: the decay is "
+            "its square root, sqrt(warmup / step).",
+            "lr = peak_lr * min(step / warmup, sqrt(warmup / step)).", _rsqrt_variant("no_sqrt")),
+    Mistake("off_by_one", "Your schedule is one step ahead: steps are counted from 1, as given.",
+            "Use step as it is; do not add 1.", _rsqrt_variant("off_by_one")),
+)  # fmt: skip

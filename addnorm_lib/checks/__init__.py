@@ -7,7 +7,7 @@ The graded test cells of the exercise notebooks call the same functions. :data:`
 check's name to the judge the grader runs on what the check recorded.
 """
 
-from addnorm_lib.checks import batchnorm, deepnorm, layernorm, residuals, rmsnorm
+from addnorm_lib.checks import batchnorm, deepnorm, layernorm, placement, residuals, rmsnorm
 from addnorm_lib.checks._core import CheckFailed
 from addnorm_lib.checks.batchnorm import (
     check_batch_norm,
@@ -24,6 +24,13 @@ from addnorm_lib.checks.layernorm import (
     check_layer_norm_backward,
     check_layer_norm_module,
 )
+from addnorm_lib.checks.placement import (
+    check_post_ln_block,
+    check_pre_ln_block,
+    check_pre_ln_stack,
+    check_vaswani_lr,
+    check_warmup_rsqrt_lr,
+)
 from addnorm_lib.checks.residuals import (
     check_plain_block,
     check_plain_block_backward,
@@ -39,7 +46,7 @@ from addnorm_lib.checks.rmsnorm import (
 
 JUDGES = {
     name: judge
-    for module in (layernorm, residuals, batchnorm, rmsnorm, deepnorm)
+    for module in (layernorm, residuals, batchnorm, rmsnorm, deepnorm, placement)
     for name, judge in module.JUDGES.items()
 }
 
@@ -57,10 +64,15 @@ __all__ = [
     "check_layer_norm_module",
     "check_plain_block",
     "check_plain_block_backward",
+    "check_post_ln_block",
+    "check_pre_ln_block",
+    "check_pre_ln_stack",
     "check_residual_block",
     "check_residual_block_backward",
     "check_rms_norm",
     "check_rms_norm_backward",
     "check_rms_norm_module",
     "check_stack_gradient_norms",
+    "check_vaswani_lr",
+    "check_warmup_rsqrt_lr",
 ]
