@@ -213,6 +213,31 @@ DEEPNORM_MUTANTS = [
 MUTANTS += DEEPNORM_MUTANTS
 
 
+def placement(name, cell, edits, fails, phrase):
+    return Mutant(name, cell, edits, frozenset({fails}), phrase, assignment="placement")
+
+
+PLACEMENT_MUTANTS = [
+    placement("Post-LN block normalizes the sublayer inputs (Pre-LN)", "post_ln_block",
+              (("x = self.norm1(x + self.self_attn(x))", "x = x + self.self_attn(self.norm1(x))"),
+               ("return self.norm2(x + self.ffn(x))", "return x + self.ffn(self.norm2(x))")),
+              "test_post_ln_block", "not normalized"),
+    placement("Pre-LN block adds to the normalized stream", "pre_ln_block",
+              (("x = x + self.self_attn(self.norm1(x))",
+                "x = self.norm1(x) + self.self_attn(self.norm1(x))"),
+               ("return x + self.ffn(self.norm2(x))",
+                "return self.norm2(x) + self.ffn(self.norm2(x))")), "test_pre_ln_block",
+              "adds the sublayer's output to the *normalized* stream"),
+    placement("stack without its final norm", "pre_ln_stack",
+              (("return self.norm(x)", "return x"),), "test_pre_ln_stack",
+              "without the final norm"),
+    placement("schedule without the d_model factor", "schedules",
+              (("return d_model**-0.5 * min(", "return min("),), "test_schedules",
+              "leaves out the d_model ** -0.5 factor"),
+]  # fmt: skip
+MUTANTS += PLACEMENT_MUTANTS
+
+
 def mutate(nb, mutant):
     """A copy of nb with the mutant's edits applied to its answer cell."""
     nb = nbformat.from_dict(nb)
