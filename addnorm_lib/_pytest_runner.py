@@ -12,6 +12,7 @@ import multiprocessing.forkserver
 import os
 import signal
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -36,15 +37,31 @@ def single_threaded(env: dict) -> dict:
     return {**env, **dict.fromkeys(THREAD_VARIABLES, "1")}
 
 
+# multiprocessing puts the fork server's socket in a folder under the temporary directory, and a
+# socket's path is limited to 107 bytes: a long TMPDIR would break grading. Above this length the
+# folder goes under /tmp instead.
+LONGEST_TEMP_DIR = 60
+
+
+def _short_temp_base() -> str | None:
+    """A writable short folder for multiprocessing's temporary folder, or None to keep TMPDIR."""
+    if len(tempfile.gettempdir()) <= LONGEST_TEMP_DIR:
+        return None
+    return next((base for base in ("/tmp", "/dev/shm", "/var/tmp")
+                 if os.path.isdir(base) and os.access(base, os.W_OK)), None)  # fmt: skip
+
+
 def start_fork_server() -> None:
     """Start the fork server (if not running), single-threaded; its children can then unshare."""
     context()
     with _environment_lock:  # one swap at a time, or a thread could restore another's swap
-        saved = dict(os.environ)
+        saved, saved_tempdir = dict(os.environ), tempfile.tempdir
         os.environ.update(single_threaded({}))  # the server inherits this process's environment
+        tempfile.tempdir = _short_temp_base() or saved_tempdir
         try:
             multiprocessing.forkserver.ensure_running()
         finally:
+            tempfile.tempdir = saved_tempdir
             os.environ.clear()
             os.environ.update(saved)
 

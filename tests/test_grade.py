@@ -300,18 +300,20 @@ def test_the_file_name_names_the_assignment_when_metadata_does_not(graded):
 def test_the_notebook_wall_clock_limit_stops_a_submission_and_its_kernel(tmp_path):
     loop = with_answer("layer_norm", "while True:\n    pass\n")
     nbformat.write(loop, tmp_path / "layernorm.ipynb")
-    (tmp_path / "tmp").mkdir()
+    # A long TMPDIR (longer than a socket path may be) must not break grading either.
+    temporary = tmp_path / ("a-long-temporary-folder-" * 4)
+    temporary.mkdir()
     completed = subprocess.run(
         [sys.executable, "-m", "addnorm_lib.grade", str(tmp_path / "layernorm.ipynb"), "--out",
          str(tmp_path / "out"), "--timeout", "60", "--notebook-timeout", "8"],
         capture_output=True, text=True, check=False,
-        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},  # this run's processes carry it
+        env={**os.environ, "TMPDIR": str(temporary)},  # this run's processes carry it
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr
     (found,) = json.loads((tmp_path / "out" / "grades.json").read_text())["grades"]
     assert found["status"] == "timeout" and "wall-clock" in found["reason"]
     assert found["seconds"] < 30
-    marker = str(tmp_path / "tmp").encode()
+    marker = str(temporary).encode()
     survivors = []
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
