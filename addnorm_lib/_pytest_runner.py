@@ -37,13 +37,13 @@ def single_threaded(env: dict) -> dict:
     return {**env, **dict.fromkeys(THREAD_VARIABLES, "1")}
 
 
-# multiprocessing puts the fork server's socket in a folder under the temporary directory, and a
+# Sockets live in temporary folders (the fork server's, the warm-kernel zygote's), and a
 # socket's path is limited to 107 bytes: a long TMPDIR would break grading. Above this length the
 # folder goes under /tmp instead.
 LONGEST_TEMP_DIR = 60
 
 
-def _short_temp_base() -> str | None:
+def short_temp_base() -> str | None:
     """A writable short folder for multiprocessing's temporary folder, or None to keep TMPDIR."""
     if len(tempfile.gettempdir()) <= LONGEST_TEMP_DIR:
         return None
@@ -57,7 +57,7 @@ def start_fork_server() -> None:
     with _environment_lock:  # one swap at a time, or a thread could restore another's swap
         saved, saved_tempdir = dict(os.environ), tempfile.tempdir
         os.environ.update(single_threaded({}))  # the server inherits this process's environment
-        tempfile.tempdir = _short_temp_base() or saved_tempdir
+        tempfile.tempdir = short_temp_base() or saved_tempdir
         try:
             multiprocessing.forkserver.ensure_running()
         finally:

@@ -54,6 +54,7 @@ from addnorm_lib._pytest_runner import (
     THREAD_VARIABLES,
     kill_marked,
     run_pytest,
+    short_temp_base,
     single_threaded,
     start_fork_server,
 )
@@ -517,10 +518,15 @@ def grade_submission(submission_id: str, path: Path, assignments: dict, settings
 # Submissions and reports
 
 
+def run_folder_context() -> tempfile.TemporaryDirectory:
+    """The grading run's private folder; short, because the zygote's socket lives in it."""
+    return tempfile.TemporaryDirectory(prefix="addnorm-grading-", dir=short_temp_base())
+
+
 def grade_one(path: Path, source: Path = COURSE_ROOT / "solutions", **options) -> Grade:
     """Grade a single notebook against the instructor's notebooks in ``source``."""
     settings = Settings(source, **options)
-    with (tempfile.TemporaryDirectory(prefix="addnorm-grading-") as run_folder,
+    with (run_folder_context() as run_folder,
           tempfile.TemporaryDirectory(prefix="addnorm-reports-") as outdir):  # fmt: skip
         return grade_submission(Path(path).name, Path(path), load_assignments(source), settings,
                                 Path(outdir), Path(run_folder))  # fmt: skip
@@ -688,7 +694,7 @@ def main(argv=None) -> int:
 
     done = 0
     with contextlib.ExitStack() as stack:
-        run_folder = stack.enter_context(tempfile.TemporaryDirectory(prefix="addnorm-grading-"))
+        run_folder = stack.enter_context(run_folder_context())
         run_folder = Path(run_folder)
         warm = {"forked": 0}
         start_fork_server()  # now, so that its imports run while the zygote's do

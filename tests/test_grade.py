@@ -446,3 +446,19 @@ def test_an_unprivileged_instructor_gets_the_same_jail():
                           "reads_solutions.ipynb": 7}  # fmt: skip
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_long_tmpdir_still_grades_in_warm_kernels(tmp_path):
+    """Sockets (the fork server's, the zygote's) cannot have paths over 107 bytes."""
+    temporary = tmp_path / ("a-long-temporary-folder-" * 4)
+    temporary.mkdir()
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in ("ada", "bo"):
+        shutil.copy(ROOT / "solutions" / "deepnorm.ipynb", folder / f"{name}.ipynb")
+    completed = subprocess.run(
+        [sys.executable, "-m", "addnorm_lib.grade", str(folder), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, check=False, env={**os.environ, "TMPDIR": str(temporary)},
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stderr
+    assert "2 ok" in completed.stdout and "2 warm kernels" in completed.stdout, completed.stdout
