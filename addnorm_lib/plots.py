@@ -28,7 +28,9 @@ __all__ = [
     "LAYOUTS",
     "NORM_COLORS",
     "NORM_NAMES",
+    "PLACEMENT_LAYOUTS",
     "describe_reduction",
+    "draw_placement_diagram",
     "draw_reduction",
     "loglog_errors",
     "plot_deepnorm_constants",
@@ -523,3 +525,94 @@ def plot_runs(
             )
             color = line.get_color()
     ax.set_xlabel("step")
+
+
+# ----------------------------------------------------------------------------------------------
+# Placement chapter
+
+#: The layers of each block that :func:`draw_placement_diagram` draws, bottom to top: a string is a
+#: box on the residual stream; a tuple is a residual branch (its boxes, then a "+" on the stream).
+PLACEMENT_LAYOUTS: dict[str, list] = {
+    "post": [("Self-attention",), "LayerNorm", ("FFN",), "LayerNorm"],
+    "pre": [("LayerNorm", "Self-attention"), ("LayerNorm", "FFN")],
+    "sandwich": [("RMSNorm", "Self-attention", "RMSNorm"), ("RMSNorm", "FFN", "RMSNorm")],
+    "output-norm": [("Self-attention", "RMSNorm"), ("FFN", "RMSNorm")],
+}
+
+
+def _box(ax: Axes, x: float, y: float, text: str, width: float = 1.5) -> None:
+    norm = text.endswith("Norm")
+    color = NORM_COLORS["rms" if text.startswith("RMS") else "layer"] if norm else "#bbbbbb"
+    ax.add_patch(mpl.patches.FancyBboxPatch(
+        (x - width / 2, y - 0.22), width, 0.44, boxstyle="round,pad=0.02",
+        facecolor=(*to_rgb(color), 0.25), edgecolor=color, linewidth=1.4, zorder=3))  # fmt: skip
+    ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=4)
+
+
+def _arrow(ax: Axes, points: Sequence[tuple[float, float]]) -> None:
+    """A polyline through ``points`` with an arrow head at the last point."""
+    xs, ys = zip(*points, strict=True)
+    ax.plot(xs[:-1], ys[:-1], color="#333333", linewidth=1.2, zorder=1)
+    ax.annotate("", xy=points[-1], xytext=points[-2], zorder=2,
+                arrowprops={"arrowstyle": "-|>", "color": "#333333", "lw": 1.2,
+                            "shrinkA": 0, "shrinkB": 0})  # fmt: skip
+
+
+def draw_placement_diagram(ax: Axes, kind: str, title: str | None = None,
+                           final_norm: bool = False) -> None:  # fmt: skip
+    """Draw one Transformer block as boxes and arrows, input at the bottom, output at the top.
+
+    Args:
+        ax: axes to draw on (its frame is turned off).
+        kind: a key of :data:`PLACEMENT_LAYOUTS`: ``"post"``, ``"pre"``, ``"sandwich"`` or
+            ``"output-norm"``.
+        title: the axes' title (default: none).
+        final_norm: mark the block as repeated ("x L") and draw the stack's final LayerNorm
+            above it, as a Pre-LN stack has.
+    """
+    if kind not in PLACEMENT_LAYOUTS:
+        raise ValueError(f"kind must be one of {sorted(PLACEMENT_LAYOUTS)}, got {kind!r}")
+    step, main_x, side_x = 0.72, 0.0, 1.55
+    y = 0.0
+    ax.text(main_x, y - 0.25, "$x_l$", ha="center", va="top", fontsize=10)
+    start = y
+    for item in PLACEMENT_LAYOUTS[kind]:
+        if isinstance(item, str):  # a box on the stream
+            _arrow(ax, [(main_x, y), (main_x, y + step - 0.22)])
+            y += step
+            _box(ax, main_x, y, item)
+            y += 0.22
+            continue
+        fork = y + 0.15  # the branch leaves the stream here
+        _arrow(ax, [(main_x, y), (main_x, fork), (side_x, fork), (side_x, fork + step - 0.22)])
+        by = fork + step
+        for k, text in enumerate(item):
+            _box(ax, side_x, by, text)
+            if k < len(item) - 1:
+                _arrow(ax, [(side_x, by + 0.22), (side_x, by + step - 0.22)])
+                by += step
+        plus = by + step
+        _arrow(ax, [(side_x, by + 0.22), (side_x, plus), (main_x + 0.16, plus)])
+        _arrow(ax, [(main_x, fork), (main_x, plus - 0.16)])
+        ax.add_patch(mpl.patches.Circle((main_x, plus), 0.16, facecolor="white",
+                                        edgecolor="#333333", linewidth=1.2, zorder=3))  # fmt: skip
+        ax.text(main_x, plus, "+", ha="center", va="center", fontsize=11, zorder=4)
+        y = plus + 0.16
+    top = y
+    if final_norm:
+        frame = {"fill": False, "linestyle": "--", "edgecolor": "#999999"}
+        ax.add_patch(mpl.patches.Rectangle((-1.05, start - 0.05), 3.45, top - start + 0.1, **frame))
+        ax.text(2.35, top - 0.1, "× L", ha="right", va="top", fontsize=10, color="#666666")
+        _arrow(ax, [(main_x, y), (main_x, y + step - 0.22)])
+        y += step
+        _box(ax, main_x, y, "final LayerNorm", width=1.9)
+        y += 0.22
+    _arrow(ax, [(main_x, y), (main_x, y + 0.45)])
+    label = "output" if final_norm else "$x_{l+1}$"
+    ax.text(main_x, y + 0.5, label, ha="center", va="bottom", fontsize=10)
+    ax.set_xlim(-1.2, 2.6)
+    ax.set_ylim(-0.7, y + 1.0)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    if title:
+        ax.set_title(title)
