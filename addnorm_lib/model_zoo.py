@@ -602,7 +602,17 @@ def check_palm(model: ZooStack, x: Tensor) -> dict[str, float]:
 # --------------------------------------------------------------------------------------------
 
 
-class LlamaStyleNaming(nn.Module):
+class _NamingLayer(nn.Module):
+    """Sublayers and two RMSNorms named ``other_norm`` and ``post_attention_layernorm``."""
+
+    def __init__(self, d_model: int = D_MODEL, nhead: int = N_HEAD, d_ff: int = D_FF) -> None:
+        super().__init__()
+        self.self_attn, self.ffn = _sublayers(d_model, nhead, d_ff)
+        self.other_norm = nn.RMSNorm(d_model)
+        self.post_attention_layernorm = nn.RMSNorm(d_model)
+
+
+class LlamaStyleNaming(_NamingLayer):
     """A pre-norm layer named as in LLaMA-style code, where ``post_attention_layernorm`` is the
     norm *before the FFN*::
 
@@ -614,18 +624,12 @@ class LlamaStyleNaming(nn.Module):
     two layers have the same state_dict keys.
     """
 
-    def __init__(self, d_model: int = D_MODEL, nhead: int = N_HEAD, d_ff: int = D_FF) -> None:
-        super().__init__()
-        self.self_attn, self.ffn = _sublayers(d_model, nhead, d_ff)
-        self.other_norm = nn.RMSNorm(d_model)
-        self.post_attention_layernorm = nn.RMSNorm(d_model)
-
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.self_attn(self.other_norm(x))  # (B, T, C)
         return x + self.ffn(self.post_attention_layernorm(x))  # (B, T, C)
 
 
-class OutputNormNaming(nn.Module):
+class OutputNormNaming(_NamingLayer):
     """A layer named as in Gemma 2/3 and OLMo 2, where ``post_attention_layernorm`` normalizes the
     attention's *output* (OLMo 2's placement)::
 
@@ -635,12 +639,6 @@ class OutputNormNaming(nn.Module):
     Only ``post_attention_layernorm`` is the real code's name; ``other_norm`` (here the FFN's
     output norm) is ours, named as in :class:`LlamaStyleNaming`.
     """
-
-    def __init__(self, d_model: int = D_MODEL, nhead: int = N_HEAD, d_ff: int = D_FF) -> None:
-        super().__init__()
-        self.self_attn, self.ffn = _sublayers(d_model, nhead, d_ff)
-        self.other_norm = nn.RMSNorm(d_model)
-        self.post_attention_layernorm = nn.RMSNorm(d_model)
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.post_attention_layernorm(self.self_attn(x))  # (B, T, C)

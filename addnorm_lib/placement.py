@@ -34,8 +34,8 @@ def _layer_norm(d_model: int, eps: float, norm: Callable[[int], nn.Module] | Non
     return norm(d_model) if norm is not None else nn.LayerNorm(d_model, eps=eps)
 
 
-class PostLNBlock(nn.Module):
-    """Post-LN: add the sublayer's output to the stream, then normalize the sum.
+class _TwoNormBlock(nn.Module):
+    """A layer's two sublayers and its two norms; the subclasses say where the norms go.
 
     Args:
         self_attn, ffn: sublayers mapping ``(B, T, d_model)`` to ``(B, T, d_model)``.
@@ -57,29 +57,23 @@ class PostLNBlock(nn.Module):
         self.norm1 = _layer_norm(d_model, layer_norm_eps, norm)
         self.norm2 = _layer_norm(d_model, layer_norm_eps, norm)
 
+
+class PostLNBlock(_TwoNormBlock):
+    """Post-LN: add the sublayer's output to the stream, then normalize the sum.
+
+    Arguments as ``_TwoNormBlock``: ``(self_attn, ffn, d_model, layer_norm_eps=1e-5, norm=None)``.
+    """
+
     def forward(self, x: Tensor) -> Tensor:
         x = self.norm1(x + self.self_attn(x))  # (B, T, C), every token normalized
         return self.norm2(x + self.ffn(x))  # (B, T, C)
 
 
-class PreLNBlock(nn.Module):
+class PreLNBlock(_TwoNormBlock):
     """Pre-LN: normalize a copy of the stream for each sublayer; add its output to the raw stream.
 
     Same arguments as :class:`PostLNBlock`. The output is *not* normalized.
     """
-
-    def __init__(
-        self,
-        self_attn: nn.Module,
-        ffn: nn.Module,
-        d_model: int,
-        layer_norm_eps: float = 1e-5,
-        norm: Callable[[int], nn.Module] | None = None,
-    ) -> None:
-        super().__init__()
-        self.self_attn, self.ffn = self_attn, ffn
-        self.norm1 = _layer_norm(d_model, layer_norm_eps, norm)
-        self.norm2 = _layer_norm(d_model, layer_norm_eps, norm)
 
     def forward(self, x: Tensor) -> Tensor:
         x = x + self.self_attn(self.norm1(x))  # (B, T, C), the stream grows
