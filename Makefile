@@ -38,11 +38,14 @@ _build/.library-stamp: $(LIBRARY)
 	@mkdir -p _build && touch $@
 
 book: $(STAMP) _build/.library-stamp
-	$(BIN)/jupyter-book build . --builder html --warningiserror --nitpick --keep-going
-	@echo "The book is in _build/html/index.html"
+	@start=$$(date +%s); \
+	$(BIN)/jupyter-book build . --builder html --warningiserror --nitpick --keep-going && \
+	$(BIN)/python -m addnorm_lib.build_report --since $$start && \
+	echo "Built in $$(( $$(date +%s) - start )) s. The book is in _build/html/index.html"
 
+# The book tests and the browser tests share one build: --dist loadgroup runs them on one worker.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto --durations=10
+	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

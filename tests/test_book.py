@@ -2,23 +2,12 @@
 
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+from conftest import BOOK_GROUP, ROOT, build
 
 pytestmark = pytest.mark.slow
-
-JUPYTER_BOOK = Path(sys.executable).parent / "jupyter-book"
-BUILD_FLAGS = ["--builder", "html", "--warningiserror", "--nitpick", "--keep-going"]
-
-
-def build(source: Path, *extra: str) -> subprocess.CompletedProcess:
-    command = [str(JUPYTER_BOOK), "build", str(source), *BUILD_FLAGS, *extra]
-    return subprocess.run(command, capture_output=True, text=True, check=False)
 
 
 def toc_files() -> list[str]:
@@ -44,21 +33,16 @@ def test_every_exercise_is_in_the_toc_and_on_the_exercises_page():
         assert f"<../exercises/{notebook.name}>" in page, f"{notebook.name}: no download link"
 
 
-@pytest.fixture(scope="module")
-def built_book(tmp_path_factory):
-    """Build the real book from scratch in a temporary folder: every chapter executes."""
-    output_folder = tmp_path_factory.mktemp("book")
-    completed = build(ROOT, "--path-output", str(output_folder))
-    output = re.sub(r"\x1b\[[0-9;]*m", "", completed.stdout + completed.stderr)
-    assert completed.returncode == 0, f"the book does not build:\n{output[-6000:]}"
-    return output_folder / "_build" / "html"
+# `built_book` (tests/conftest.py) is built once per test run and shared with tests/test_browser.py.
 
 
+@BOOK_GROUP
 def test_every_page_of_the_toc_is_built(built_book):
     for name in toc_files():
         assert (built_book / f"{name}.html").is_file(), f"{name}.html missing"
 
 
+@BOOK_GROUP
 def test_chapters_were_executed_without_errors(built_book):
     chapter = (built_book / "book" / "layernorm.html").read_text(encoding="utf-8")
     assert chapter.count("cell_output") > 10, "the chapter's cells produced no outputs"
@@ -67,12 +51,14 @@ def test_chapters_were_executed_without_errors(built_book):
         assert sign_of_failure not in chapter
 
 
+@BOOK_GROUP
 def test_math_is_served_locally(built_book):
     chapter = (built_book / "book" / "layernorm.html").read_text(encoding="utf-8")
     assert "_static/mathjax/tex-chtml.js" in chapter
     assert (built_book / "_static" / "mathjax" / "tex-chtml.js").is_file()
 
 
+@BOOK_GROUP
 def test_exercise_page_offers_its_notebook(built_book):
     page = (built_book / "book" / "exercises.html").read_text(encoding="utf-8")
     link = re.search(r'href="([^"]*_downloads/[^"]*layernorm\.ipynb)"', page)
