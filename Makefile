@@ -37,14 +37,19 @@ _build/.library-stamp: $(LIBRARY)
 	rm -rf _build/.jupyter_cache _build/.doctrees
 	@mkdir -p _build && touch $@
 
-book: $(STAMP) _build/.library-stamp
+# require.js and html-manager, pinned, so that the book's widgets render offline (see _config.yml).
+WIDGET_JS := _vendor/widgets/.complete
+$(WIDGET_JS): $(STAMP) addnorm_lib/_widget_js.py
+	$(BIN)/python -m addnorm_lib._widget_js --dest _vendor/widgets
+
+book: $(STAMP) $(WIDGET_JS) _build/.library-stamp
 	@start=$$(date +%s); \
 	$(BIN)/jupyter-book build . --builder html --warningiserror --nitpick --keep-going && \
 	$(BIN)/python -m addnorm_lib.build_report --since $$start && \
 	echo "Built in $$(( $$(date +%s) - start )) s. The book is in _build/html/index.html"
 
 # The book tests and the browser tests share one build: --dist loadgroup runs them on one worker.
-test: $(STAMP)
+test: $(STAMP) $(WIDGET_JS)
 	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=10
 
 lint: $(STAMP)

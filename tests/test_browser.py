@@ -59,6 +59,12 @@ INSPECT = r"""
     img.addEventListener('load', done); img.addEventListener('error', done);
     setTimeout(done, 10000);
   })));
+  const views = document.querySelectorAll(
+    'script[type="application/vnd.jupyter.widget-view+json"]').length;
+  for (let i = 0; views && document.querySelectorAll('.widget-interact img').length < views
+       && i < 150; i++) await wait(100);
+  const widgets = {views, rendered: document.querySelectorAll('.widget-interact').length,
+    images: [...document.querySelectorAll('.widget-interact img')].map(img => img.naturalWidth)};
   const skip = 'pre, code, script, style, textarea, noscript, mjx-container';
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   const text = [];
@@ -76,6 +82,7 @@ INSPECT = r"""
     ids: [...document.querySelectorAll('[id], a[name]')].map(e => e.id || e.name),
     headerDownloads: [...document.querySelectorAll('.article-header-buttons a[href]')]
       .map(a => a.href).filter(href => href.split('#')[0].endsWith('.ipynb')),
+    widgets,
     height: Math.ceil(document.documentElement.scrollHeight),
   };
 })()
@@ -205,6 +212,26 @@ def test_no_page_reaches_outside_localhost(site):
     """The book reads offline: no script, style, font or image comes from another host."""
     title = "requests outside localhost"
     fail_on(site, lambda report: sorted(set(report["outside"])), title)
+
+
+WIDGET_PAGES = ("book/depth.html", "book/layernorm.html")
+
+
+def test_widgets_render_offline_with_their_figure(site):
+    """Embedded widget state renders from the book's own copy of html-manager, no network."""
+    for page in WIDGET_PAGES:
+        assert site["pages"][page]["widgets"]["views"] > 0, f"{page} has no embedded widget"
+
+    def check(report):
+        widgets = report.get("widgets") or {"views": 0}
+        if widgets["views"] and (widgets["rendered"] < widgets["views"] or not widgets["images"]
+                                 or min(widgets["images"]) == 0):  # fmt: skip
+            yield (
+                f"{widgets['views']} widget(s) embedded, {widgets['rendered']} rendered, "
+                f"figure widths {widgets['images']}"
+            )
+
+    fail_on(site, check, "widgets that do not render offline")
 
 
 def test_search_finds_the_chapters_offline(site):

@@ -54,6 +54,7 @@ def executed(book: Path, since: float) -> dict[str, bool]:
 def test_only_the_edited_chapter_executes_again(tmp_path):
     for name in ("_config.yml", "references.bib"):
         shutil.copy(ROOT / name, tmp_path / name)
+    (tmp_path / "_vendor").mkdir()  # the config's static folder (widget scripts; none needed here)
     (tmp_path / "_toc.yml").write_text(
         "format: jb-book\nroot: a\nchapters:\n  - file: b\n", encoding="utf-8"
     )
