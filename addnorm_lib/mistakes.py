@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from addnorm_lib import norms
+
 
 @dataclass(frozen=True)
 class Mistake:
@@ -523,16 +525,14 @@ BATCH_NORM_BACKWARD_MISTAKES = (
 # RMSNorm: rms_norm(x, weight, eps) -> y and rms_norm_backward(dy, x, weight, eps) -> (dx, dw).
 
 
-def _rms_over(axis=-1, *, center=False, eps_outside=False, use_eps=True, total=False, power=0.5):
-    """An RMSNorm with one thing changed: the axis, centering, eps placement, sum, or the root."""
+def _rms_over(axis=-1, *, center=False, use_eps=True, total=False, power=0.5):
+    """An RMSNorm with one thing changed: the axis, centering, eps, a sum, or the root."""
 
     def compute(x, weight, eps=1e-6):
         centered = x - x.mean(axis=axis, keepdims=True) if center else x
         square = (centered * centered).sum(axis=axis, keepdims=True)
         if not total:
             square = square / np.prod([x.shape[a] for a in np.atleast_1d(axis)])
-        if eps_outside:
-            return centered / (square**power + eps) * weight
         return centered / (square + (eps if use_eps else 0.0)) ** power * weight
 
     return compute
@@ -559,7 +559,7 @@ RMS_NORM_MISTAKES = (
         "placement of the RMSNorm paper's original code, not the one asked for here (LLaMA's and "
         "torch.nn.RMSNorm's). The two differ visibly when the inputs are small.",
         "eps goes inside the root: x / sqrt(mean(x**2) + eps).",
-        _rms_over(eps_outside=True),
+        norms.rms_norm_eps_outside,  # the library keeps this placement for the book
     ),
     Mistake(
         "no_eps",

@@ -123,8 +123,16 @@ RESIDUAL_MUTANTS = [
 MUTANTS += RESIDUAL_MUTANTS
 
 
-def batchnorm(name, cell, edits, fails, phrase):
-    return Mutant(name, cell, edits, frozenset({fails}), phrase, assignment="batchnorm")
+def one_cell_mutant(assignment):
+    """A maker of mutants of ``assignment`` that each fail exactly one test cell, ``fails``."""
+
+    def make(name, cell, edits, fails, phrase):
+        return Mutant(name, cell, edits, frozenset({fails}), phrase, assignment=assignment)
+
+    return make
+
+
+batchnorm = one_cell_mutant("batchnorm")
 
 
 BN_UPDATE = "m * var * n / (n - 1)"
@@ -163,8 +171,7 @@ BATCHNORM_MUTANTS = [
 MUTANTS += BATCHNORM_MUTANTS
 
 
-def rmsnorm(name, cell, edits, fails, phrase):
-    return Mutant(name, cell, edits, frozenset({fails}), phrase, assignment="rmsnorm")
+rmsnorm = one_cell_mutant("rmsnorm")
 
 
 RMSNORM_MUTANTS = [
@@ -192,8 +199,7 @@ RMSNORM_MUTANTS = [
 MUTANTS += RMSNORM_MUTANTS
 
 
-def deepnorm(name, cell, edits, fails, phrase):
-    return Mutant(name, cell, edits, frozenset({fails}), phrase, assignment="deepnorm")
+deepnorm = one_cell_mutant("deepnorm")
 
 
 DEEPNORM_MUTANTS = [
@@ -213,8 +219,7 @@ DEEPNORM_MUTANTS = [
 MUTANTS += DEEPNORM_MUTANTS
 
 
-def placement(name, cell, edits, fails, phrase):
-    return Mutant(name, cell, edits, frozenset({fails}), phrase, assignment="placement")
+placement = one_cell_mutant("placement")
 
 
 PLACEMENT_MUTANTS = [
