@@ -6,20 +6,23 @@ STAMP := $(VENV)/.installed
 # The pip cap on this machine (/etc/xdg/pip) keeps torch on the CPU build that lies on disk.
 PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
-.PHONY: help venv book test lint lab exercises lock clean
+.PHONY: help venv system book test lint lab exercises lock clean
 
 help:
 	@echo "make book       build the HTML book in _build/html, executing every chapter"
-	@echo "make test       run the whole test suite (library, notebooks, mutants, book build)"
+	@echo "make test       run the whole test suite (library, notebooks, mutants, book build);"
+	@echo "                as root, it first installs the Debian packages the suite needs (chromium)"
 	@echo "make lab        open JupyterLab on the exercises"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make lint       ruff"
 	@echo "make lock       re-pin requirements.txt from requirements.in"
 
+NEED_PYTHON := command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3 ...'" >&2; exit 1; }
+
 venv: $(STAMP)
 
 $(STAMP): requirements.txt pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3 ...'" >&2; exit 1; }
+	@$(NEED_PYTHON)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install $(PIP_FLAGS) -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
 	@$(BIN)/python -c "import torch, jupyter_book, nbval" || { echo "error: installing requirements.txt failed (see above)" >&2; exit 1; }
@@ -48,8 +51,14 @@ book: $(STAMP) $(WIDGET_JS) _build/.library-stamp
 	$(BIN)/python -m addnorm_lib.build_report --since $$start && \
 	echo "Built in $$(( $$(date +%s) - start )) s. The book is in _build/html/index.html"
 
+# The system packages the suite needs (addnorm_lib/_provision.py): installed with apt-get when
+# missing and this is root; otherwise one line says what to run. Standard library only.
+system:
+	@$(NEED_PYTHON)
+	@$(PYTHON) -m addnorm_lib._provision
+
 # The book tests and the browser tests share one build: --dist loadgroup runs them on one worker.
-test: $(STAMP) $(WIDGET_JS)
+test: system $(STAMP) $(WIDGET_JS)
 	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=10
 
 lint: $(STAMP)

@@ -7,8 +7,8 @@ failed or outside requests, typeset math, loaded images, internal links and thei
 the exercises' notebook downloads; and screenshots of three key pages are written to
 _build/screenshots/ for review.
 
-Chromium is required: without it these tests fail, saying how to install it
-(`apt-get install -y chromium`; .ci/run does this). On a machine that cannot install it, set
+Chromium is required: without it these tests fail, saying how to install it (`apt-get install -y
+chromium`; `make test` does this as root). On a machine that cannot install it, set
 ADDNORM_SKIP_BROWSER=1 to skip them explicitly.
 """
 
@@ -134,8 +134,8 @@ def site(request, tmp_path_factory):
     if executable is None:
         pytest.fail(
             "chromium is not installed, so the book cannot be checked in a browser: install it "
-            "with `apt-get update && apt-get install -y chromium` (.ci/run does), or set "
-            "ADDNORM_SKIP_BROWSER=1 to skip these tests on a machine that cannot install it",
+            "with `apt-get update && apt-get install -y chromium` (`make test` does as root), or "
+            "set ADDNORM_SKIP_BROWSER=1 to skip these tests on a machine that cannot install it",
             pytrace=False,
         )
     book: Path = request.getfixturevalue("built_book")
