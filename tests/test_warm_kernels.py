@@ -24,11 +24,19 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def zygote(tmp_path_factory):
-    run_folder = tmp_path_factory.mktemp("run")
     settings = grade.Settings(grade.COURSE_ROOT / "solutions", jobs=2)
-    with grade.warm_kernels(run_folder, settings, tmp_path_factory.mktemp("out")) as stats:
-        assert (run_folder / grade.ZYGOTE_SOCKET).exists(), "the zygote did not start"
-        yield {"run_folder": run_folder, "stats": stats}
+    with grade.run_folder_context() as folder:  # short, as the grader's: the socket lives in it
+        run_folder = Path(folder)
+        with grade.warm_kernels(run_folder, settings, tmp_path_factory.mktemp("out")) as stats:
+            assert (run_folder / grade.ZYGOTE_SOCKET).exists(), "the zygote did not start"
+            yield {"run_folder": run_folder, "stats": stats}
+
+
+@pytest.fixture
+def run_folder():
+    """A grading run's folder, short whatever TMPDIR is: a socket path has at most 107 bytes."""
+    with grade.run_folder_context() as folder:
+        yield Path(folder)
 
 
 class Kernel:
@@ -150,8 +158,7 @@ def test_killing_its_process_group_harms_no_other_kernel(zygote, kernel):
 def test_a_killed_jail_leaves_no_process_behind(zygote):
     before = zygote_children(zygote)
     doomed = Kernel(zygote["run_folder"], "doomed")
-    doomed.client.execute("import subprocess\nsubprocess.Popen(['sleep', '600.25'])")
-    time.sleep(0.5)
+    assert doomed.run("import subprocess\nsubprocess.Popen(['sleep', '600.25'])")[0] == "ok"
     assert zygote_children(zygote) - before
     assert processes_running("600.25")
     doomed.manager.shutdown_kernel(now=True)  # a kill, as nbval stops its kernels
@@ -176,9 +183,9 @@ def processes_running(argument: str) -> list[str]:
     return found
 
 
-def test_without_a_zygote_the_stand_in_starts_a_cold_kernel(tmp_path):
-    (tmp_path / grade.ZYGOTE_SOCKET).touch()  # a socket file nobody listens on
-    cold = Kernel(tmp_path, "cold")
+def test_without_a_zygote_the_stand_in_starts_a_cold_kernel(run_folder):
+    (run_folder / grade.ZYGOTE_SOCKET).touch()  # a socket file nobody listens on
+    cold = Kernel(run_folder, "cold")
     try:
         assert cold.run("import sys\nprint('torch' in sys.modules)") == ("ok", "False\n")
         assert cold.run("import torch\nprint(torch.ones(2).sum().item())") == ("ok", "2.0\n")
@@ -186,12 +193,12 @@ def test_without_a_zygote_the_stand_in_starts_a_cold_kernel(tmp_path):
         cold.stop()
 
 
-def test_the_zygote_refuses_to_preload_a_hidden_file(tmp_path):
+def test_the_zygote_refuses_to_preload_a_hidden_file(run_folder):
     import numpy
 
-    completed = _run_zygote(tmp_path, [os.path.dirname(numpy.__file__)])
+    completed = _run_zygote(run_folder, [os.path.dirname(numpy.__file__)])
     assert completed.returncode != 0 and "hidden" in completed.stderr
-    assert not (tmp_path / "zygote.sock").exists()
+    assert not (run_folder / "zygote.sock").exists()
 
 
 def _run_zygote(folder: Path, hidden: list[str]):
@@ -203,18 +210,17 @@ def _run_zygote(folder: Path, hidden: list[str]):
     )  # fmt: skip
 
 
-def test_the_zygote_stops_when_its_grader_goes(tmp_path):
-    completed = _run_zygote(tmp_path, [])  # stdin closes at once, as when the grader dies
+def test_the_zygote_stops_when_its_grader_goes(run_folder):
+    completed = _run_zygote(run_folder, [])  # stdin closes at once, as when the grader dies
     assert completed.returncode == 0 and completed.stdout.split() == ["ready", "forked", "0"]
-    assert not (tmp_path / "zygote.sock").exists()
+    assert not (run_folder / "zygote.sock").exists()
 
 
-def test_no_warm_kernel_outlives_its_zygote(tmp_path):
+def test_no_warm_kernel_outlives_its_zygote(run_folder):
     settings = grade.Settings(grade.COURSE_ROOT / "solutions", jobs=1)
-    with grade.warm_kernels(tmp_path, settings, tmp_path / "out"):
-        orphan = Kernel(tmp_path, "orphan")
-        orphan.client.execute("import subprocess\nsubprocess.Popen(['sleep', '600.5'])")
-        time.sleep(0.5)
+    with grade.warm_kernels(run_folder, settings, run_folder / "out"):
+        orphan = Kernel(run_folder, "orphan")
+        assert orphan.run("import subprocess\nsubprocess.Popen(['sleep', '600.5'])")[0] == "ok"
         assert processes_running("600.5")
     try:
         assert orphan.dies_within(5)
