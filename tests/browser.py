@@ -9,13 +9,18 @@ page makes is still recorded, so a test can assert that none left the machine.
 import functools
 import http.server
 import json
+import os
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import websocket
+
+from addnorm_lib._pytest_runner import short_temp_base
 
 FLAGS = [
     "--headless",
@@ -61,11 +66,14 @@ class Chromium:
     def __init__(self, executable: str, folder: Path, timeout: float = 30.0):
         self.timeout = timeout
         self.log = folder / "chromium.log"  # a file, not a pipe: a full pipe would block chromium
+        # Chromium puts its singleton socket in TMPDIR, and a socket path has at most 107 bytes.
+        self.temporary = tempfile.mkdtemp(prefix="chromium-", dir=short_temp_base())
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
                 [executable, *FLAGS, f"--user-data-dir={folder / 'profile'}", "about:blank"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, "TMPDIR": self.temporary},
             )
         self.events: list[dict] = []
         self._next_id = 0
@@ -145,3 +153,4 @@ class Chromium:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        shutil.rmtree(self.temporary, ignore_errors=True)

@@ -18,6 +18,9 @@ BUILD_FLAGS = ["--builder", "html", "--warningiserror", "--nitpick", "--keep-goi
 # Tests that use `built_book` carry this mark: under `pytest -n auto --dist loadgroup` they all run
 # on one worker, one after the other, while the other workers run the rest of the suite.
 BOOK_GROUP = pytest.mark.xdist_group("book")
+# Module fixtures that each cost a whole grading run: the tests that use one are grouped the same
+# way, so that one worker builds it once (under xdist every worker would build its own copy).
+FIXTURE_GROUPS = {"graded": "graded-class", "graded_by_the_grader": "mutants-through-the-grader"}
 
 
 def build(source: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -56,7 +59,8 @@ def built_book(tmp_path_factory) -> Path:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Let `--dist loadgroup` group the tests again under pytest 9.2 (pytest-xdist issue #1386).
+    """Group the tests of FIXTURE_GROUPS, and let `--dist loadgroup` group tests again under
+    pytest 9.2 (pytest-xdist issue #1386).
 
     xdist 3.8 tags a grouped test by appending "@group" to `item._nodeid`, which pytest 9.2 no
     longer reads (node ids are now structured, in `item._id`), so the groups are silently lost.
@@ -66,6 +70,8 @@ def pytest_collection_modifyitems(config, items):
     if not config.getoption("loadgroup", default=False):
         return
     for item in items:
+        for fixture in set(getattr(item, "fixturenames", ())) & set(FIXTURE_GROUPS):
+            item.add_marker(pytest.mark.xdist_group(FIXTURE_GROUPS[fixture]))
         groups = sorted({str(mark.args[0]) for mark in item.iter_markers("xdist_group")})
         if groups and "@" not in item.nodeid and hasattr(item, "_id"):
             item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(groups)}")

@@ -1,16 +1,22 @@
 """Mutation tests: the graded cells must reject the usual wrong implementations.
 
 Each mutant is the solution notebook with one answer cell edited the way a learner might get it
-wrong. It is graded as a submission, by the grader itself (nbval in a jailed kernel, judged outside
-it); the mutant must lose the points of exactly the test cells it should, with a failure message
-that names the mistake.
+wrong. It must lose the points of exactly the test cells it should, with a failure message that
+names the mistake. Every mutant is graded in this process (tests/inprocess.py: the grader's own
+assembling and judging, with the cells executed here); the first mutant of each assignment is
+also graded by the grader itself (nbval in a jailed kernel, judged outside it), in one batch, and
+must get the same points, cell by cell.
 """
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import nbformat
 import pytest
 from conftest import ROOT
+from inprocess import grade_in_process, run_cells
 
 from addnorm_lib import grade
 
@@ -257,15 +263,86 @@ def test_mutant_names_are_unique():
     assert len({m.name for m in MUTANTS}) == len(MUTANTS)
 
 
-@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name.replace(" ", "-"))
-def test_mutant_loses_points_with_a_specific_message(mutant, tmp_path):
-    path = tmp_path / f"{mutant.assignment}.ipynb"
+def mutated(mutant):
     solution = nbformat.read(SOLUTIONS / f"{mutant.assignment}.ipynb", as_version=4)
-    nbformat.write(mutate(solution, mutant), path)
-    result = grade.grade_one(path)
+    return mutate(solution, mutant)
+
+
+def assert_caught(mutant, result):
+    """The mutant lost exactly the points of ``mutant.fails``, with a message that names it."""
     assert result.status == "ok", result.reason
     failed = {cell.grade_id for cell in result.cells if cell.status != "passed"}
     assert result.total < result.max_total, f"{mutant.name} kept every point"
     assert failed == mutant.fails, f"{mutant.name}: expected {sorted(mutant.fails)} to fail"
     messages = "\n".join(cell.message for cell in result.cells)
     assert mutant.phrase in messages, messages
+
+
+@pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name.replace(" ", "-"))
+def test_mutant_loses_points_with_a_specific_message(mutant):
+    assert_caught(mutant, grade_in_process(mutated(mutant), mutant.assignment))
+
+
+def test_in_process_cells_share_a_namespace_and_fail_one_at_a_time():
+    """As under nbval --nbval-lax: an exception fails its cell only, and later cells run."""
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("text"),
+        nbformat.v4.new_code_cell("x = 2"),
+        nbformat.v4.new_code_cell("assert x == 3, 'x is not 3'"),
+        nbformat.v4.new_code_cell("y = x + 1\nprint(y)"),
+        nbformat.v4.new_code_cell("y.missing"),
+    ])  # fmt: skip
+    records = run_cells(nb)
+    assert [(r["code_index"], r["status"]) for r in records] == [
+        (0, "passed"), (1, "failed"), (2, "passed"), (3, "failed")]  # fmt: skip
+    assert "AssertionError: x is not 3" in records[1]["report"]
+    assert "AttributeError" in records[3]["report"]
+
+
+ASSIGNMENTS = sorted(path.stem for path in SOLUTIONS.glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_in_process_grading_gives_the_solution_every_point_and_the_stubs_none(assignment):
+    """The in-process executor is not lenient: it tells a right notebook from an empty one."""
+    solution = nbformat.read(SOLUTIONS / f"{assignment}.ipynb", as_version=4)
+    stubs = nbformat.read(ROOT / "exercises" / f"{assignment}.ipynb", as_version=4)
+    right, empty = grade_in_process(solution, assignment), grade_in_process(stubs, assignment)
+    assert right.total == right.max_total > 0, [c.message for c in right.cells]
+    assert empty.total == 0 and all(c.status == "failed" for c in empty.cells)
+
+
+THROUGH_THE_GRADER = list({m.assignment: m for m in reversed(MUTANTS)}.values())  # first of each
+
+
+@pytest.fixture(scope="module")
+def graded_by_the_grader(tmp_path_factory):
+    """One batch run of the grader over THROUGH_THE_GRADER: mutant name -> its Grade."""
+    folder = tmp_path_factory.mktemp("mutants")
+    for n, mutant in enumerate(THROUGH_THE_GRADER):
+        nbformat.write(mutated(mutant), folder / f"mutant{n}-{mutant.assignment}.ipynb")
+    out = tmp_path_factory.mktemp("graded-mutants")
+    command = [sys.executable, "-m", "addnorm_lib.grade", str(folder), "--out", str(out),
+               "--jobs", "2"]  # fmt: skip
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    grades = json.loads((out / "grades.json").read_text())["grades"]
+    by_file = {g["submission"]: grade.Grade.from_dict(g) for g in grades}
+    return {m.name: by_file[f"mutant{n}-{m.assignment}.ipynb"]
+            for n, m in enumerate(THROUGH_THE_GRADER)}  # fmt: skip
+
+
+@pytest.mark.parametrize("mutant", THROUGH_THE_GRADER, ids=lambda m: m.assignment)
+def test_the_grader_catches_the_mutant_as_the_in_process_run_does(mutant, graded_by_the_grader):
+    through_the_grader = graded_by_the_grader[mutant.name]
+    assert_caught(mutant, through_the_grader)
+    in_process = grade_in_process(mutated(mutant), mutant.assignment)
+
+    def outcome(result):
+        return [(c.grade_id, c.points, c.status) for c in result.cells]
+
+    assert outcome(through_the_grader) == outcome(in_process)
+
+
+def test_one_mutant_of_every_assignment_goes_through_the_grader():
+    assert sorted(m.assignment for m in THROUGH_THE_GRADER) == ASSIGNMENTS
