@@ -697,24 +697,37 @@ DEEPNORM_CONSTANTS_MISTAKES = (
 )
 
 
+def dispatch(table: dict, kind: str, what: str):
+    """``table[kind]``; a ValueError naming the known kinds for any other name.
+
+    The mistake catalogues build their wrong implementations from names: a misspelled name must
+    fail loudly, not fall through to another variant (or to the right answer).
+    """
+    if kind not in table:
+        raise ValueError(f"unknown {what} mistake {kind!r}; known: {', '.join(sorted(table))}")
+    return table[kind]
+
+
+# deepnorm_residual(x, sublayer, norm, alpha) written the wrong way, one step each.
+_DEEPNORM_STEPS = {
+    "alpha_on_branch": lambda x, sublayer, norm, alpha: norm(x + alpha * sublayer(x)),
+    "no_alpha": lambda x, sublayer, norm, alpha: norm(x + sublayer(x)),
+    "alpha_after_norm": lambda x, sublayer, norm, alpha: alpha * norm(x + sublayer(x)),
+    "scaled_input": lambda x, sublayer, norm, alpha: norm(alpha * x + sublayer(alpha * x)),
+    "pre_norm": lambda x, sublayer, norm, alpha: alpha * x + sublayer(norm(x)),
+    "no_norm": lambda x, sublayer, norm, alpha: alpha * x + sublayer(x),
+}
+
+
 def _residual_variant(kind):
-    """deepnorm_residual written the wrong way; ``kind`` names how."""
+    """deepnorm_residual written the wrong way; ``kind`` names how (a key of _DEEPNORM_STEPS)."""
+    step = dispatch(_DEEPNORM_STEPS, kind, "deepnorm_residual")
 
     def compute(x, sublayer, norm, alpha):
         import torch
 
         with torch.no_grad():
-            if kind == "alpha_on_branch":
-                return norm(x + alpha * sublayer(x))
-            if kind == "no_alpha":
-                return norm(x + sublayer(x))
-            if kind == "alpha_after_norm":
-                return alpha * norm(x + sublayer(x))
-            if kind == "scaled_input":
-                return norm(alpha * x + sublayer(alpha * x))
-            if kind == "pre_norm":
-                return alpha * x + sublayer(norm(x))
-            return alpha * x + sublayer(x)  # no norm
+            return step(x, sublayer, norm, alpha)
 
     return compute
 
@@ -769,41 +782,78 @@ DEEPNORM_RESIDUAL_MISTAKES = (
 # A block mistake computes the block's output from (x, self_attn, ffn, norm1, norm2).
 
 
+def _pre_ln(x, self_attn, ffn, norm1, norm2):
+    x = x + self_attn(norm1(x))
+    return x + ffn(norm2(x))
+
+
+def _post_ln(x, self_attn, ffn, norm1, norm2):
+    x = norm1(x + self_attn(x))
+    return norm2(x + ffn(x))
+
+
+def _one_norm_post(x, self_attn, ffn, norm1, norm2):
+    x = norm1(x + self_attn(x))
+    return norm1(x + ffn(x))
+
+
+def _one_norm_pre(x, self_attn, ffn, norm1, norm2):
+    x = x + self_attn(norm1(x))
+    return x + ffn(norm1(x))
+
+
+def _ffn_first_post(x, self_attn, ffn, norm1, norm2):
+    x = norm1(x + ffn(x))
+    return norm2(x + self_attn(x))
+
+
+def _ffn_first_pre(x, self_attn, ffn, norm1, norm2):
+    x = x + ffn(norm1(x))
+    return x + self_attn(norm2(x))
+
+
+def _normalized_residual(x, self_attn, ffn, norm1, norm2):
+    x = norm1(x) + self_attn(norm1(x))
+    return norm2(x) + ffn(norm2(x))
+
+
+def _norm_on_branch(x, self_attn, ffn, norm1, norm2):
+    x = x + norm1(self_attn(x))
+    return x + norm2(ffn(x))
+
+
+def _post_norm_inside(x, self_attn, ffn, norm1, norm2):  # the sublayer's input and the sum
+    x = norm1(x + self_attn(norm1(x)))
+    return norm2(x + ffn(norm2(x)))
+
+
+def _no_residual(x, self_attn, ffn, norm1, norm2):
+    return ffn(self_attn(x))
+
+
+_BLOCKS = {
+    "pre_ln": _pre_ln,
+    "post_ln": _post_ln,
+    "one_norm_post": _one_norm_post,
+    "one_norm_pre": _one_norm_pre,
+    "ffn_first_post": _ffn_first_post,
+    "ffn_first_pre": _ffn_first_pre,
+    "normalized_residual": _normalized_residual,
+    "norm_on_branch": _norm_on_branch,
+    "post_norm_inside": _post_norm_inside,
+    "no_residual": _no_residual,
+}
+
+
 def _block_variant(kind):
-    """A Post-LN or Pre-LN block written the wrong way; ``kind`` names how."""
+    """A Post-LN or Pre-LN block written the wrong way; ``kind`` names how (a key of _BLOCKS)."""
+    block = dispatch(_BLOCKS, kind, "block")
 
     def compute(x, self_attn, ffn, norm1, norm2):
         import torch
 
         with torch.no_grad():
-            if kind == "pre_ln":
-                x = x + self_attn(norm1(x))
-                return x + ffn(norm2(x))
-            if kind == "post_ln":
-                x = norm1(x + self_attn(x))
-                return norm2(x + ffn(x))
-            if kind == "one_norm_post":
-                x = norm1(x + self_attn(x))
-                return norm1(x + ffn(x))
-            if kind == "one_norm_pre":
-                x = x + self_attn(norm1(x))
-                return x + ffn(norm1(x))
-            if kind == "ffn_first_post":
-                x = norm1(x + ffn(x))
-                return norm2(x + self_attn(x))
-            if kind == "ffn_first_pre":
-                x = x + ffn(norm1(x))
-                return x + self_attn(norm2(x))
-            if kind == "normalized_residual":
-                x = norm1(x) + self_attn(norm1(x))
-                return norm2(x) + ffn(norm2(x))
-            if kind == "norm_on_branch":
-                x = x + norm1(self_attn(x))
-                return x + norm2(ffn(x))
-            if kind == "post_norm_inside":  # norm the sublayer's input and the sum
-                x = norm1(x + self_attn(norm1(x)))
-                return norm2(x + ffn(norm2(x)))
-            return ffn(self_attn(x))  # no residual at all
+            return block(x, self_attn, ffn, norm1, norm2)
 
     return compute
 
@@ -845,8 +895,12 @@ PRE_LN_BLOCK_MISTAKES = (
 )  # fmt: skip
 
 
+STACK_SLIPS = ("no_final_norm", "norm_after_each", "norm_first", "reversed")
+
+
 def _stack_variant(kind):
-    """PreLNStack's forward written the wrong way, from (x, layers, norm)."""
+    """PreLNStack's forward written the wrong way, from (x, layers, norm); ``kind``: STACK_SLIPS."""
+    dispatch(dict.fromkeys(STACK_SLIPS), kind, "stack")
 
     def compute(x, layers, norm):
         import torch
@@ -879,8 +933,13 @@ PRE_LN_STACK_MISTAKES = (
 )  # fmt: skip
 
 
+SCHEDULE_SLIPS = ("off_by_one", "no_d_model", "warmup_power", "max")
+
+
 def _schedule_variant(kind):
-    """vaswani_lr(step, d_model, warmup) with one slip; a 0-d array, as the judge compares."""
+    """vaswani_lr(step, d_model, warmup) with one slip (one of SCHEDULE_SLIPS); a 0-d array, as
+    the judge compares."""
+    dispatch(dict.fromkeys(SCHEDULE_SLIPS), kind, "schedule")
 
     def compute(step, d_model, warmup=4000):
         if kind == "off_by_one":
@@ -910,8 +969,12 @@ VASWANI_LR_MISTAKES = (
 )  # fmt: skip
 
 
+RSQRT_SLIPS = ("off_by_one", "no_sqrt")
+
+
 def _rsqrt_variant(kind):
-    """warmup_rsqrt_lr(step, peak_lr, warmup) with one slip; a 0-d array."""
+    """warmup_rsqrt_lr(step, peak_lr, warmup) with one slip (one of RSQRT_SLIPS); a 0-d array."""
+    dispatch(dict.fromkeys(RSQRT_SLIPS), kind, "warmup_rsqrt_lr")
 
     def compute(step, peak_lr, warmup):
         if kind == "off_by_one":

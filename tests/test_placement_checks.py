@@ -153,3 +153,18 @@ def test_schedule_mistakes_are_named(check, mistake):
 def test_a_schedule_returning_a_tensor_is_told_to_return_a_float():
     with pytest.raises(checks.CheckFailed, match="return a float"):
         checks.check_vaswani_lr(lambda step, d_model, warmup=4000: torch.tensor(1.0))
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        mistakes._block_variant,
+        mistakes._stack_variant,
+        mistakes._schedule_variant,
+        mistakes._rsqrt_variant,
+        mistakes._residual_variant,
+    ],
+)
+def test_a_misspelled_mistake_name_is_an_error_not_another_variant(variant):
+    with pytest.raises(ValueError, match=r"unknown .* mistake 'pre_lnn'; known: "):
+        variant("pre_lnn")
