@@ -782,78 +782,49 @@ DEEPNORM_RESIDUAL_MISTAKES = (
 # A block mistake computes the block's output from (x, self_attn, ffn, norm1, norm2).
 
 
-def _pre_ln(x, self_attn, ffn, norm1, norm2):
-    x = x + self_attn(norm1(x))
-    return x + ffn(norm2(x))
+# One residual step of a block, right or wrong, from the stream x, a sublayer and a norm.
+_STEPS = {
+    "post": lambda x, sublayer, norm: norm(x + sublayer(x)),
+    "pre": lambda x, sublayer, norm: x + sublayer(norm(x)),
+    "normalized_residual": lambda x, sublayer, norm: norm(x) + sublayer(norm(x)),
+    "norm_on_branch": lambda x, sublayer, norm: x + norm(sublayer(x)),
+    "norm_inside_and_after": lambda x, sublayer, norm: norm(x + sublayer(norm(x))),
+    "no_residual": lambda x, sublayer, norm: sublayer(x),
+}
 
 
-def _post_ln(x, self_attn, ffn, norm1, norm2):
-    x = norm1(x + self_attn(x))
-    return norm2(x + ffn(x))
+def _steps(step, first="self_attn", second="ffn", norms=("norm1", "norm2")):
+    """A block as two steps: (step, sublayer, norm) for the first sublayer, then the second."""
+    return ((step, first, norms[0]), (step, second, norms[1]))
 
 
-def _one_norm_post(x, self_attn, ffn, norm1, norm2):
-    x = norm1(x + self_attn(x))
-    return norm1(x + ffn(x))
-
-
-def _one_norm_pre(x, self_attn, ffn, norm1, norm2):
-    x = x + self_attn(norm1(x))
-    return x + ffn(norm1(x))
-
-
-def _ffn_first_post(x, self_attn, ffn, norm1, norm2):
-    x = norm1(x + ffn(x))
-    return norm2(x + self_attn(x))
-
-
-def _ffn_first_pre(x, self_attn, ffn, norm1, norm2):
-    x = x + ffn(norm1(x))
-    return x + self_attn(norm2(x))
-
-
-def _normalized_residual(x, self_attn, ffn, norm1, norm2):
-    x = norm1(x) + self_attn(norm1(x))
-    return norm2(x) + ffn(norm2(x))
-
-
-def _norm_on_branch(x, self_attn, ffn, norm1, norm2):
-    x = x + norm1(self_attn(x))
-    return x + norm2(ffn(x))
-
-
-def _post_norm_inside(x, self_attn, ffn, norm1, norm2):  # the sublayer's input and the sum
-    x = norm1(x + self_attn(norm1(x)))
-    return norm2(x + ffn(norm2(x)))
-
-
-def _no_residual(x, self_attn, ffn, norm1, norm2):
-    return ffn(self_attn(x))
-
-
+# A block written the wrong way (or the other placement): its two steps, by name.
 _BLOCKS = {
-    "pre_ln": _pre_ln,
-    "post_ln": _post_ln,
-    "one_norm_post": _one_norm_post,
-    "one_norm_pre": _one_norm_pre,
-    "ffn_first_post": _ffn_first_post,
-    "ffn_first_pre": _ffn_first_pre,
-    "normalized_residual": _normalized_residual,
-    "norm_on_branch": _norm_on_branch,
-    "post_norm_inside": _post_norm_inside,
-    "no_residual": _no_residual,
+    "pre_ln": _steps("pre"),
+    "post_ln": _steps("post"),
+    "one_norm_post": _steps("post", norms=("norm1", "norm1")),
+    "one_norm_pre": _steps("pre", norms=("norm1", "norm1")),
+    "ffn_first_post": _steps("post", first="ffn", second="self_attn"),
+    "ffn_first_pre": _steps("pre", first="ffn", second="self_attn"),
+    "normalized_residual": _steps("normalized_residual"),
+    "norm_on_branch": _steps("norm_on_branch"),
+    "post_norm_inside": _steps("norm_inside_and_after"),
+    "no_residual": _steps("no_residual"),
 }
 
 
 def _block_variant(kind):
     """A Post-LN or Pre-LN block written the wrong way; ``kind`` names how (a key of _BLOCKS)."""
-    block = dispatch(_BLOCKS, kind, "block")
+    steps = dispatch(_BLOCKS, kind, "block")
 
     def compute(x, self_attn, ffn, norm1, norm2):
         import torch
 
+        parts = {"self_attn": self_attn, "ffn": ffn, "norm1": norm1, "norm2": norm2}
         with torch.no_grad():
-            return block(x, self_attn, ffn, norm1, norm2)
+            for step, sublayer, norm in steps:
+                x = _STEPS[step](x, parts[sublayer], parts[norm])
+            return x
 
     return compute
 
