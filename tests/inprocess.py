@@ -56,8 +56,16 @@ def run_cells(nb: nbformat.NotebookNode) -> list[dict]:
                 exec(compile(cell.source, f"<code cell {code_index}>", "exec"), namespace)
         except Exception:
             status, report = "failed", traceback.format_exc()
-        records.append({"code_index": code_index, "id": cell.get("id"), "status": status,
-                        "timed_out": False, "kernel_alive": True, "report": report})  # fmt: skip
+        records.append(
+            {
+                "code_index": code_index,
+                "id": cell.get("id"),
+                "status": status,
+                "timed_out": False,
+                "kernel_alive": True,
+                "report": report,
+            }
+        )
     return records
 
 
@@ -69,5 +77,6 @@ def grade_in_process(nb: nbformat.NotebookNode, assignment_name: str) -> grade.G
         records = run_cells(graded)
         cells = grade.judge(assignment, records, observations, cell_timeout=0.0)
     status, reason = grade.notebook_status(records, False, cells)
-    return grade.Grade("in-process", assignment.name, status, reason, cells,
-                       assignment.max_total, notes)  # fmt: skip
+    return grade.Grade(
+        "in-process", assignment.name, status, reason, cells, assignment.max_total, notes
+    )

@@ -14,10 +14,20 @@ pytestmark = pytest.mark.slow
 def test_benchmark_measures_all_three_runs(tmp_path):
     result = tmp_path / "figures.json"
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "grade_benchmark.py"), "--submissions", "3",
-         "--jobs", "2", "--json", str(result)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "grade_benchmark.py"),
+            "--submissions",
+            "3",
+            "--jobs",
+            "2",
+            "--json",
+            str(result),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     figures = json.loads(result.read_text())
     assert figures["graded"] == 3
@@ -30,10 +40,18 @@ def test_benchmark_measures_all_three_runs(tmp_path):
 def test_suite_benchmark_times_mutants_three_ways(tmp_path):
     result = tmp_path / "figures.json"
     completed = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "suite_benchmark.py"), "--mutants", "2",
-         "--json", str(result)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "suite_benchmark.py"),
+            "--mutants",
+            "2",
+            "--json",
+            str(result),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     figures = json.loads(result.read_text())["mutants"]
     assert figures["mutants"] == 2

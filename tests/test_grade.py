@@ -31,8 +31,10 @@ MAX_TOTAL = 10
 # Without the jail (no namespaces here), a graded kernel can read the references and write the
 # course itself: the submissions that do so are left out, so the suite never damages its tree.
 JAILED = bool(grade.isolation())
-NEEDS_JAIL = pytest.mark.skipif(not JAILED, reason="needs the grader's jail (Linux namespaces), "
-                                "which this machine does not allow")  # fmt: skip
+NEEDS_JAIL = pytest.mark.skipif(
+    not JAILED,
+    reason="needs the grader's jail (Linux namespaces), which this machine does not allow",
+)
 FORWARD, BACKWARD, MODULE = "test_layer_norm", "test_layer_norm_backward", "test_layer_norm_module"
 UNBIASED = "def layer_norm(x, gamma, beta, eps=1e-5):\n    return gamma * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta\n"  # noqa: E501
 
@@ -197,10 +199,24 @@ def graded(tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     start = time.monotonic()
     completed = subprocess.run(
-        [sys.executable, "-m", "addnorm_lib.grade", str(folder), "--out", str(out), "--jobs", "2",
-         "--timeout", "20", "--memory-mb", "2048"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "addnorm_lib.grade",
+            str(folder),
+            "--out",
+            str(out),
+            "--jobs",
+            "2",
+            "--timeout",
+            "20",
+            "--memory-mb",
+            "2048",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     seconds = time.monotonic() - start
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = {row["submission"]: row for row in csv.DictReader((out / "grades.csv").open())}
@@ -322,11 +338,23 @@ def test_the_notebook_wall_clock_limit_stops_a_submission_and_its_kernel(tmp_pat
     temporary = tmp_path / ("a-long-temporary-folder-" * 4)
     temporary.mkdir()
     completed = subprocess.run(
-        [sys.executable, "-m", "addnorm_lib.grade", str(tmp_path / "layernorm.ipynb"), "--out",
-         str(tmp_path / "out"), "--timeout", "60", "--notebook-timeout", "8"],
-        capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "addnorm_lib.grade",
+            str(tmp_path / "layernorm.ipynb"),
+            "--out",
+            str(tmp_path / "out"),
+            "--timeout",
+            "60",
+            "--notebook-timeout",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
         env={**os.environ, "TMPDIR": str(temporary)},  # this run's processes carry it
-    )  # fmt: skip
+    )
     assert completed.returncode == 0, completed.stderr
     (found,) = json.loads((tmp_path / "out" / "grades.json").read_text())["grades"]
     assert found["status"] == "timeout" and "wall-clock" in found["reason"]
@@ -465,8 +493,9 @@ def bridged_pythons(folder: Path):
     ours = sysconfig.get_paths()["purelib"]
     for n, base in enumerate(dict.fromkeys(b for b in bases if b and os.access(b, os.X_OK))):
         venv = folder / f"python-{n}"
-        created = subprocess.run([base, "-m", "venv", "--without-pip", str(venv)],
-                                 capture_output=True, check=False)  # fmt: skip
+        created = subprocess.run(
+            [base, "-m", "venv", "--without-pip", str(venv)], capture_output=True, check=False
+        )
         python = venv / "bin" / "python"
         if created.returncode == 0:
             where = [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
@@ -482,8 +511,12 @@ def nobody_folder():
     """(python, folder): a folder nobody can write and a Python nobody can run, both probed."""
     if os.getuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root (to switch to the user nobody) and setpriv")
-    namespaces = subprocess.run([*AS_NOBODY, "unshare", "--user", "--map-root-user", "--mount",
-                                 "true"], capture_output=True, text=True, check=False)  # fmt: skip
+    namespaces = subprocess.run(
+        [*AS_NOBODY, "unshare", "--user", "--map-root-user", "--mount", "true"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if namespaces.returncode != 0:
         pytest.skip(f"this machine gives unprivileged users no namespaces: {namespaces.stderr}")
     folder = Path(tempfile.mkdtemp(prefix="addnorm-nobody-"))
@@ -496,8 +529,9 @@ def nobody_folder():
                 yield python, folder
                 return
             tried.append(f"{python}: {probe.stderr.strip()[-300:]}")
-        pytest.skip("no Python that nobody can run here, or no folder nobody can write: "
-                    + "; ".join(tried))  # fmt: skip
+        pytest.skip(
+            "no Python that nobody can run here, or no folder nobody can write: " + "; ".join(tried)
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -507,18 +541,33 @@ def test_an_unprivileged_instructor_gets_the_same_jail(nobody_folder):
     python, folder = nobody_folder
     submitted = folder / "submissions"
     submitted.mkdir(mode=0o777)
-    cases = {"correct": solution(), "imports_reference": jailbreaks()["imports_reference"],
-             "reads_solutions": jailbreaks()["reads_solutions"]}  # fmt: skip
+    cases = {
+        "correct": solution(),
+        "imports_reference": jailbreaks()["imports_reference"],
+        "reads_solutions": jailbreaks()["reads_solutions"],
+    }
     for name, nb in cases.items():
         nbformat.write(nb, submitted / f"{name}.ipynb")
-    completed = as_nobody(python, folder, "-m", "addnorm_lib.grade", str(submitted), "--out",
-                          str(folder / "out"), "--jobs", "2")  # fmt: skip
+    completed = as_nobody(
+        python,
+        folder,
+        "-m",
+        "addnorm_lib.grade",
+        str(submitted),
+        "--out",
+        str(folder / "out"),
+        "--jobs",
+        "2",
+    )
     assert completed.returncode == 0, completed.stderr[-2000:]
     report = json.loads((folder / "out" / "grades.json").read_text())
     totals = {g["submission"]: g["total"] for g in report["grades"]}
     assert report["isolated"] and "3 warm kernels" in completed.stdout
-    assert totals == {"correct.ipynb": MAX_TOTAL, "imports_reference.ipynb": 7,
-                      "reads_solutions.ipynb": 7}  # fmt: skip
+    assert totals == {
+        "correct.ipynb": MAX_TOTAL,
+        "imports_reference.ipynb": 7,
+        "reads_solutions.ipynb": 7,
+    }
 
 
 def test_a_long_tmpdir_still_grades_in_warm_kernels(tmp_path):
@@ -531,8 +580,11 @@ def test_a_long_tmpdir_still_grades_in_warm_kernels(tmp_path):
         shutil.copy(ROOT / "solutions" / "deepnorm.ipynb", folder / f"{name}.ipynb")
     completed = subprocess.run(
         [sys.executable, "-m", "addnorm_lib.grade", str(folder), "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, check=False, env={**os.environ, "TMPDIR": str(temporary)},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "TMPDIR": str(temporary)},
+    )
     assert completed.returncode == 0, completed.stderr
     assert "2 ok" in completed.stdout, completed.stdout
     assert ("2 warm kernels" in completed.stdout) == JAILED, completed.stdout

@@ -285,16 +285,22 @@ def test_mutant_loses_points_with_a_specific_message(mutant):
 
 def test_in_process_cells_share_a_namespace_and_fail_one_at_a_time():
     """As under nbval --nbval-lax: an exception fails its cell only, and later cells run."""
-    nb = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_markdown_cell("text"),
-        nbformat.v4.new_code_cell("x = 2"),
-        nbformat.v4.new_code_cell("assert x == 3, 'x is not 3'"),
-        nbformat.v4.new_code_cell("y = x + 1\nprint(y)"),
-        nbformat.v4.new_code_cell("y.missing"),
-    ])  # fmt: skip
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("text"),
+            nbformat.v4.new_code_cell("x = 2"),
+            nbformat.v4.new_code_cell("assert x == 3, 'x is not 3'"),
+            nbformat.v4.new_code_cell("y = x + 1\nprint(y)"),
+            nbformat.v4.new_code_cell("y.missing"),
+        ]
+    )
     records = run_cells(nb)
     assert [(r["code_index"], r["status"]) for r in records] == [
-        (0, "passed"), (1, "failed"), (2, "passed"), (3, "failed")]  # fmt: skip
+        (0, "passed"),
+        (1, "failed"),
+        (2, "passed"),
+        (3, "failed"),
+    ]
     assert "AssertionError: x is not 3" in records[1]["report"]
     assert "AttributeError" in records[3]["report"]
 
@@ -322,14 +328,23 @@ def graded_by_the_grader(tmp_path_factory):
     for n, mutant in enumerate(THROUGH_THE_GRADER):
         nbformat.write(mutated(mutant), folder / f"mutant{n}-{mutant.assignment}.ipynb")
     out = tmp_path_factory.mktemp("graded-mutants")
-    command = [sys.executable, "-m", "addnorm_lib.grade", str(folder), "--out", str(out),
-               "--jobs", "2"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "addnorm_lib.grade",
+        str(folder),
+        "--out",
+        str(out),
+        "--jobs",
+        "2",
+    ]
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     assert completed.returncode == 0, completed.stderr[-3000:]
     grades = json.loads((out / "grades.json").read_text())["grades"]
     by_file = {g["submission"]: grade.Grade.from_dict(g) for g in grades}
-    return {m.name: by_file[f"mutant{n}-{m.assignment}.ipynb"]
-            for n, m in enumerate(THROUGH_THE_GRADER)}  # fmt: skip
+    return {
+        m.name: by_file[f"mutant{n}-{m.assignment}.ipynb"] for n, m in enumerate(THROUGH_THE_GRADER)
+    }
 
 
 @pytest.mark.parametrize("mutant", THROUGH_THE_GRADER, ids=lambda m: m.assignment)

@@ -69,8 +69,9 @@ def test_the_opt_out_waives_only_the_browser(capsys):
     assert missing(NEEDS, {"ADDNORM_SKIP_BROWSER": "0"}, FakeSystem().which) == [CHROMIUM]
 
 
-@pytest.mark.parametrize("is_root, present", [(False, {"apt-get", "unshare", "setpriv"}),
-                                              (True, {"unshare", "setpriv"})])  # fmt: skip
+@pytest.mark.parametrize(
+    "is_root, present", [(False, {"apt-get", "unshare", "setpriv"}), (True, {"unshare", "setpriv"})]
+)
 def test_without_root_or_apt_get_one_line_names_the_command(is_root, present, capsys):
     system = FakeSystem(present=present)
     status, said = run_provision(system, is_root=is_root, capsys=capsys)
@@ -88,8 +89,11 @@ def test_a_need_that_cannot_be_waived_offers_no_opt_out(capsys):
     assert "ADDNORM_SKIP_BROWSER" not in line and UNSHARE.why in line
 
 
-@pytest.mark.parametrize("system", [FakeSystem(apt_fails=True), FakeSystem(works=False)],
-                         ids=["apt-get fails", "installed but still missing"])  # fmt: skip
+@pytest.mark.parametrize(
+    "system",
+    [FakeSystem(apt_fails=True), FakeSystem(works=False)],
+    ids=["apt-get fails", "installed but still missing"],
+)
 def test_a_failed_install_is_an_error(system, capsys):
     status, said = run_provision(system, capsys=capsys)
     assert status == 1
@@ -125,8 +129,14 @@ def test_make_tests_provisioner_installs_chromium_from_a_path_without_it(tmp_pat
         (bin_dir / command).write_text("#!/bin/sh\n")
         (bin_dir / command).chmod(0o755)
     env = {"PATH": str(bin_dir), "TMPDIR": str(tmp_path), "HOME": str(tmp_path)}
-    completed = subprocess.run([sys.executable, "-m", "addnorm_lib._provision"], cwd=ROOT,
-                               env=env, capture_output=True, text=True, check=False)  # fmt: skip
+    completed = subprocess.run(
+        [sys.executable, "-m", "addnorm_lib._provision"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if os.geteuid() == 0:
         assert completed.returncode == 0, completed.stderr
         log = (bin_dir / "apt-get.log").read_text().splitlines()
@@ -139,10 +149,20 @@ def test_make_tests_provisioner_installs_chromium_from_a_path_without_it(tmp_pat
 
 def run_browser_tests(env: dict) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "ADDNORM"))}
-    command = [sys.executable, "-m", "pytest", "tests/test_browser.py", "-p", "no:cacheprovider",
-               "-p", "no:xdist", "-q"]  # fmt: skip
-    return subprocess.run(command, cwd=ROOT, env={**clean, **env}, capture_output=True,
-                          text=True, check=False)  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "tests/test_browser.py",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        "-q",
+    ]
+    return subprocess.run(
+        command, cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, check=False
+    )
 
 
 def test_a_waived_browser_suite_is_reported_with_its_reason():
@@ -162,15 +182,21 @@ def test_without_chromium_the_browser_tests_fail_and_say_how_to_install_it(tmp_p
 
 
 def test_ci_runs_make_test_and_nothing_else():
-    commands = [line for line in (ROOT / ".ci" / "run").read_text().splitlines()
-                if line.strip() and not line.startswith(("#", "set ", "cd "))]  # fmt: skip
+    commands = [
+        line
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "set ", "cd "))
+    ]
     assert commands == ["make test"]
 
 
 def test_the_module_runs_with_the_standard_library_only():
     """`make test` runs it with the system's Python, before the virtual environment exists."""
     source = Path(_provision.__file__).read_text()
-    imports = {line.split()[1].split(".")[0] for line in source.splitlines()
-               if line.startswith(("import ", "from "))}  # fmt: skip
+    imports = {
+        line.split()[1].split(".")[0]
+        for line in source.splitlines()
+        if line.startswith(("import ", "from "))
+    }
     assert "argparse" in imports and "numpy" not in sys.stdlib_module_names
     assert imports <= set(sys.stdlib_module_names) | {"__future__"}, imports

@@ -72,11 +72,13 @@ def test_interleaved_rounds_pair_times_measured_together(clock):
     """A slow phase of the machine (round 1 here) hits both functions and leaves the ratio."""
     slowdown = iter([1, 1, 4, 4, 1, 1])  # one factor per call, in call order: round by round
     result = time_interleaved(
-        {"short": lambda: clock.take(1e-3 * next(slowdown)),
-         "long": lambda: clock.take(3e-3 * next(slowdown))},
+        {
+            "short": lambda: clock.take(1e-3 * next(slowdown)),
+            "long": lambda: clock.take(3e-3 * next(slowdown)),
+        },
         repeats=3,
         numbers={"short": 1, "long": 1},
-    )  # fmt: skip
+    )
     np.testing.assert_allclose(result["short"].samples, [1e-3, 4e-3, 1e-3])
     np.testing.assert_allclose(result["long"].samples / result["short"].samples, 3.0)
 

@@ -205,9 +205,20 @@ def _run_zygote(folder: Path, hidden: list[str]):
     import subprocess
 
     return subprocess.run(
-        [sys.executable, "-m", "addnorm_lib._warm_kernels", "serve", str(folder / "zygote.sock"),
-         *hidden], input="", capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "addnorm_lib._warm_kernels",
+            "serve",
+            str(folder / "zygote.sock"),
+            *hidden,
+        ],
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_the_zygote_stops_when_its_grader_goes(run_folder):
