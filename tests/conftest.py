@@ -23,6 +23,15 @@ BOOK_GROUP = pytest.mark.xdist_group("book")
 FIXTURE_GROUPS = {"graded": "graded-class", "graded_by_the_grader": "mutants-through-the-grader"}
 
 
+def run_python(*args, **options) -> subprocess.CompletedProcess:
+    """``python *args`` with this interpreter, output captured as text; a failure does not raise.
+
+    Arguments are turned into strings, so paths may be passed as they are.
+    """
+    command = [sys.executable, *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, check=False, **options)
+
+
 def build(source: Path, *extra: str) -> subprocess.CompletedProcess:
     command = [str(JUPYTER_BOOK), "build", str(source), *BUILD_FLAGS, *extra]
     return subprocess.run(command, capture_output=True, text=True, check=False)

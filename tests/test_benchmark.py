@@ -2,32 +2,17 @@
 
 import importlib.util
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_python
 
 pytestmark = pytest.mark.slow
 
 
 def test_benchmark_measures_all_three_runs(tmp_path):
     result = tmp_path / "figures.json"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "grade_benchmark.py"),
-            "--submissions",
-            "3",
-            "--jobs",
-            "2",
-            "--json",
-            str(result),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    script = ROOT / "benchmarks" / "grade_benchmark.py"
+    completed = run_python(script, "--submissions", 3, "--jobs", 2, "--json", result)
     assert completed.returncode == 0, completed.stderr[-2000:]
     figures = json.loads(result.read_text())
     assert figures["graded"] == 3
@@ -39,18 +24,8 @@ def test_benchmark_measures_all_three_runs(tmp_path):
 
 def test_suite_benchmark_times_mutants_three_ways(tmp_path):
     result = tmp_path / "figures.json"
-    completed = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "suite_benchmark.py"),
-            "--mutants",
-            "2",
-            "--json",
-            str(result),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+    completed = run_python(
+        ROOT / "benchmarks" / "suite_benchmark.py", "--mutants", 2, "--json", result
     )
     assert completed.returncode == 0, completed.stderr[-2000:]
     figures = json.loads(result.read_text())["mutants"]

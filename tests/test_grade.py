@@ -19,7 +19,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_python
 
 from addnorm_lib import grade
 
@@ -198,25 +198,8 @@ def graded(tmp_path_factory):
         '"assignment": "layernorm"', '"assignment": "other"'))  # fmt: skip
     out = tmp_path_factory.mktemp("out")
     start = time.monotonic()
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "addnorm_lib.grade",
-            str(folder),
-            "--out",
-            str(out),
-            "--jobs",
-            "2",
-            "--timeout",
-            "20",
-            "--memory-mb",
-            "2048",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    options = ["--jobs", 2, "--timeout", 20, "--memory-mb", 2048]
+    completed = run_python("-m", "addnorm_lib.grade", folder, "--out", out, *options)
     seconds = time.monotonic() - start
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = {row["submission"]: row for row in csv.DictReader((out / "grades.csv").open())}

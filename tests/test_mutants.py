@@ -9,13 +9,11 @@ must get the same points, cell by cell.
 """
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass
 
 import nbformat
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_python
 from inprocess import grade_in_process, run_cells
 
 from addnorm_lib import grade
@@ -328,17 +326,7 @@ def graded_by_the_grader(tmp_path_factory):
     for n, mutant in enumerate(THROUGH_THE_GRADER):
         nbformat.write(mutated(mutant), folder / f"mutant{n}-{mutant.assignment}.ipynb")
     out = tmp_path_factory.mktemp("graded-mutants")
-    command = [
-        sys.executable,
-        "-m",
-        "addnorm_lib.grade",
-        str(folder),
-        "--out",
-        str(out),
-        "--jobs",
-        "2",
-    ]
-    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    completed = run_python("-m", "addnorm_lib.grade", folder, "--out", out, "--jobs", 2)
     assert completed.returncode == 0, completed.stderr[-3000:]
     grades = json.loads((out / "grades.json").read_text())["grades"]
     by_file = {g["submission"]: grade.Grade.from_dict(g) for g in grades}
