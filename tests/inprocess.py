@@ -11,12 +11,14 @@ Nothing here is safe against hostile code: it is for the course's own mutants on
 """
 
 import contextlib
+import functools
 import io
 import os
 import tempfile
 import traceback
 import warnings
 from pathlib import Path
+from unittest import mock
 
 import nbformat
 
@@ -27,16 +29,11 @@ from addnorm_lib.checks import _record as record
 @contextlib.contextmanager
 def observations_folder():
     """A fresh folder that the checks record into, as in a graded kernel."""
-    saved = os.environ.get(record.OBSERVATIONS_ENV)
-    with tempfile.TemporaryDirectory(prefix="observations-") as folder:
-        os.environ[record.OBSERVATIONS_ENV] = folder
-        try:
-            yield Path(folder)
-        finally:
-            if saved is None:
-                os.environ.pop(record.OBSERVATIONS_ENV, None)
-            else:
-                os.environ[record.OBSERVATIONS_ENV] = saved
+    with (
+        tempfile.TemporaryDirectory(prefix="observations-") as folder,
+        mock.patch.dict(os.environ, {record.OBSERVATIONS_ENV: folder}),
+    ):
+        yield Path(folder)
 
 
 def run_cells(nb: nbformat.NotebookNode) -> list[dict]:
@@ -69,9 +66,15 @@ def run_cells(nb: nbformat.NotebookNode) -> list[dict]:
     return records
 
 
+@functools.cache
+def load_assignment(name: str) -> grade.Assignment:
+    """The instructor's notebook of assignment ``name``, read once (assemble and judge copy it)."""
+    return grade.load_assignment(grade.COURSE_ROOT / "solutions" / f"{name}.ipynb")
+
+
 def grade_in_process(nb: nbformat.NotebookNode, assignment_name: str) -> grade.Grade:
     """The grade of submission ``nb``, judged as the grader judges, executed in this process."""
-    assignment = grade.load_assignment(grade.COURSE_ROOT / "solutions" / f"{assignment_name}.ipynb")
+    assignment = load_assignment(assignment_name)
     graded, notes = grade.assemble(assignment, nb)
     with observations_folder() as observations:
         records = run_cells(graded)

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.slow
 SOLUTION = ROOT / "solutions" / "layernorm.ipynb"
 EXERCISE = ROOT / "exercises" / "layernorm.ipynb"
 MAX_TOTAL = 10
+GRADER = ("-m", "addnorm_lib.grade")
 # Without the jail (no namespaces here), a graded kernel can read the references and write the
 # course itself: the submissions that do so are left out, so the suite never damages its tree.
 JAILED = bool(grade.isolation())
@@ -199,7 +200,7 @@ def graded(tmp_path_factory):
     out = tmp_path_factory.mktemp("out")
     start = time.monotonic()
     options = ["--jobs", 2, "--timeout", 20, "--memory-mb", 2048]
-    completed = run_python("-m", "addnorm_lib.grade", folder, "--out", out, *options)
+    completed = run_python(*GRADER, folder, "--out", out, *options)
     seconds = time.monotonic() - start
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = {row["submission"]: row for row in csv.DictReader((out / "grades.csv").open())}
@@ -320,24 +321,9 @@ def test_the_notebook_wall_clock_limit_stops_a_submission_and_its_kernel(tmp_pat
     # A long TMPDIR (longer than a socket path may be) must not break grading either.
     temporary = tmp_path / ("a-long-temporary-folder-" * 4)
     temporary.mkdir()
-    completed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "addnorm_lib.grade",
-            str(tmp_path / "layernorm.ipynb"),
-            "--out",
-            str(tmp_path / "out"),
-            "--timeout",
-            "60",
-            "--notebook-timeout",
-            "8",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "TMPDIR": str(temporary)},  # this run's processes carry it
-    )
+    limits = ["--out", tmp_path / "out", "--timeout", 60, "--notebook-timeout", 8]
+    env = {**os.environ, "TMPDIR": str(temporary)}  # this run's processes carry it
+    completed = run_python(*GRADER, tmp_path / "layernorm.ipynb", *limits, env=env)
     assert completed.returncode == 0, completed.stderr
     (found,) = json.loads((tmp_path / "out" / "grades.json").read_text())["grades"]
     assert found["status"] == "timeout" and "wall-clock" in found["reason"]
@@ -396,9 +382,7 @@ def test_feedback_names_hidden_tests_but_hides_their_code(graded):
 
 
 def test_resume_skips_graded_submissions(graded):
-    completed = subprocess.run(
-        [sys.executable, "-m", "addnorm_lib.grade", str(graded["folder"]), "--out",
-         str(graded["out"]), "--resume"], capture_output=True, text=True, check=False)  # fmt: skip
+    completed = run_python(*GRADER, graded["folder"], "--out", graded["out"], "--resume")
     assert completed.returncode == 0
     # Each graded submission prints "[k/n] name: status" on stderr: none was graded again.
     assert not re.search(r"^\[\d+/\d+\]", completed.stderr, re.MULTILINE), completed.stderr
@@ -408,26 +392,20 @@ def test_resume_skips_graded_submissions(graded):
 
 
 def test_a_learner_grades_one_notebook_and_sees_a_table(tmp_path):
-    completed = subprocess.run(
-        [sys.executable, "-m", "addnorm_lib.grade", str(EXERCISE), "--out", str(tmp_path)],
-        capture_output=True, text=True, check=False)  # fmt: skip
+    completed = run_python(*GRADER, EXERCISE, "--out", tmp_path)
     assert completed.returncode == 0
     assert "total" in completed.stdout and "0/10" in completed.stdout
 
 
 def test_an_empty_folder_is_reported(tmp_path):
     (tmp_path / "empty").mkdir()
-    completed = subprocess.run(
-        [sys.executable, "-m", "addnorm_lib.grade", str(tmp_path / "empty"), "--out",
-         str(tmp_path / "out")], capture_output=True, text=True, check=False)  # fmt: skip
+    completed = run_python(*GRADER, tmp_path / "empty", "--out", tmp_path / "out")
     assert completed.returncode == 0 and "no notebooks found" in completed.stderr
     assert (tmp_path / "out" / "grades.csv").read_text().startswith("submission,")
 
 
 def test_a_missing_path_is_an_error(tmp_path):
-    completed = subprocess.run(
-        [sys.executable, "-m", "addnorm_lib.grade", str(tmp_path / "nowhere"), "--out",
-         str(tmp_path / "out")], capture_output=True, text=True, check=False)  # fmt: skip
+    completed = run_python(*GRADER, tmp_path / "nowhere", "--out", tmp_path / "out")
     assert completed.returncode == 2 and "no such file" in completed.stderr
 
 
@@ -451,13 +429,13 @@ def test_without_namespaces_grading_still_works(monkeypatch):
 AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
-def as_nobody(python: str, folder: Path, *args: str) -> subprocess.CompletedProcess:
+def as_nobody(python: str, folder: Path, *args) -> subprocess.CompletedProcess:
     """``python *args`` as the user nobody, in ``folder``, with HOME there.
 
     The one form in which the test runs the grader and in which its probe runs Python: a probe
     that runs anything else (another command line, another folder) proves nothing about the test.
     """
-    command = [*AS_NOBODY, "env", f"HOME={folder}", python, *args]
+    command = [*AS_NOBODY, "env", f"HOME={folder}", python, *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, check=False, cwd=folder)
 
 
@@ -524,24 +502,12 @@ def test_an_unprivileged_instructor_gets_the_same_jail(nobody_folder):
     python, folder = nobody_folder
     submitted = folder / "submissions"
     submitted.mkdir(mode=0o777)
-    cases = {
-        "correct": solution(),
-        "imports_reference": jailbreaks()["imports_reference"],
-        "reads_solutions": jailbreaks()["reads_solutions"],
-    }
+    stolen = jailbreaks()
+    cases = {name: stolen[name] for name in ("imports_reference", "reads_solutions")}
+    cases["correct"] = solution()
     for name, nb in cases.items():
         nbformat.write(nb, submitted / f"{name}.ipynb")
-    completed = as_nobody(
-        python,
-        folder,
-        "-m",
-        "addnorm_lib.grade",
-        str(submitted),
-        "--out",
-        str(folder / "out"),
-        "--jobs",
-        "2",
-    )
+    completed = as_nobody(python, folder, *GRADER, submitted, "--out", folder / "out", "--jobs", 2)
     assert completed.returncode == 0, completed.stderr[-2000:]
     report = json.loads((folder / "out" / "grades.json").read_text())
     totals = {g["submission"]: g["total"] for g in report["grades"]}
@@ -561,12 +527,8 @@ def test_a_long_tmpdir_still_grades_in_warm_kernels(tmp_path):
     folder.mkdir()
     for name in ("ada", "bo"):
         shutil.copy(ROOT / "solutions" / "deepnorm.ipynb", folder / f"{name}.ipynb")
-    completed = subprocess.run(
-        [sys.executable, "-m", "addnorm_lib.grade", str(folder), "--out", str(tmp_path / "out")],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={**os.environ, "TMPDIR": str(temporary)},
+    completed = run_python(
+        *GRADER, folder, "--out", tmp_path / "out", env={**os.environ, "TMPDIR": str(temporary)}
     )
     assert completed.returncode == 0, completed.stderr
     assert "2 ok" in completed.stdout, completed.stdout

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, run_python
 
 from addnorm_lib import _provision
 from addnorm_lib._provision import NEEDS, SystemNeed, missing, provision
@@ -129,14 +129,7 @@ def test_make_tests_provisioner_installs_chromium_from_a_path_without_it(tmp_pat
         (bin_dir / command).write_text("#!/bin/sh\n")
         (bin_dir / command).chmod(0o755)
     env = {"PATH": str(bin_dir), "TMPDIR": str(tmp_path), "HOME": str(tmp_path)}
-    completed = subprocess.run(
-        [sys.executable, "-m", "addnorm_lib._provision"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    completed = run_python("-m", "addnorm_lib._provision", cwd=ROOT, env=env)
     if os.geteuid() == 0:
         assert completed.returncode == 0, completed.stderr
         log = (bin_dir / "apt-get.log").read_text().splitlines()
@@ -149,19 +142,9 @@ def test_make_tests_provisioner_installs_chromium_from_a_path_without_it(tmp_pat
 
 def run_browser_tests(env: dict) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "ADDNORM"))}
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "tests/test_browser.py",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        "no:xdist",
-        "-q",
-    ]
-    return subprocess.run(
-        command, cwd=ROOT, env={**clean, **env}, capture_output=True, text=True, check=False
+    options = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+    return run_python(
+        "-m", "pytest", "tests/test_browser.py", *options, cwd=ROOT, env={**clean, **env}
     )
 
 

@@ -6,11 +6,11 @@ while a zygote runs, and checks what a kernel is, sees and survives.
 
 import os
 import queue
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from conftest import run_python
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
@@ -202,23 +202,8 @@ def test_the_zygote_refuses_to_preload_a_hidden_file(run_folder):
 
 
 def _run_zygote(folder: Path, hidden: list[str]):
-    import subprocess
-
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "addnorm_lib._warm_kernels",
-            "serve",
-            str(folder / "zygote.sock"),
-            *hidden,
-        ],
-        input="",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    serve = ["-m", "addnorm_lib._warm_kernels", "serve", folder / "zygote.sock", *hidden]
+    return run_python(*serve, input="", timeout=120)
 
 
 def test_the_zygote_stops_when_its_grader_goes(run_folder):
