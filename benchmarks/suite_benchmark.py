@@ -15,7 +15,6 @@
 import argparse
 import json
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +26,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import FIXTURE_GROUPS  # noqa: E402
+from conftest import FIXTURE_GROUPS, run_python  # noqa: E402
 from inprocess import grade_in_process  # noqa: E402
 from test_mutants import MUTANTS, THROUGH_THE_GRADER, mutated  # noqa: E402
 
@@ -56,9 +55,8 @@ def pick_mutants(count: int) -> list:
 def grade_batch(mutants: list, folder: Path) -> None:
     for n, mutant in enumerate(mutants):
         nbformat.write(mutated(mutant), folder / f"mutant{n}-{mutant.assignment}.ipynb")
-    out = str(folder / "out")
-    command = [sys.executable, "-m", "addnorm_lib.grade", str(folder), "--out", out, "--jobs", "2"]
-    subprocess.run(command, capture_output=True, check=True)
+    graded = run_python("-m", "addnorm_lib.grade", folder, "--out", folder / "out", "--jobs", 2)
+    graded.check_returncode()
 
 
 def grade_each(mutants: list, folder: Path) -> None:
@@ -94,10 +92,9 @@ def group_of(test_id: str) -> str:
 
 
 def suite_figures() -> dict:
-    command = [sys.executable, "-m", "pytest", "-n", "auto", "--dist", "loadgroup", "-q"]
-    command += ["--durations=0", "-p", "no:cacheprovider"]
+    options = ["-n", "auto", "--dist", "loadgroup", "-q", "--durations=0", "-p", "no:cacheprovider"]
     start = time.perf_counter()
-    completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+    completed = run_python("-m", "pytest", *options, cwd=ROOT)
     wall = time.perf_counter() - start
     groups = defaultdict(float)
     for line in completed.stdout.splitlines():
