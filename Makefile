@@ -42,13 +42,13 @@ _build/.library-stamp: $(LIBRARY)
 
 # require.js and html-manager, pinned, so that the book's widgets render offline (see _config.yml).
 WIDGET_JS := _vendor/widgets/.complete
-$(WIDGET_JS): $(STAMP) addnorm_lib/_widget_js.py
-	$(BIN)/python -m addnorm_lib._widget_js --dest _vendor/widgets
+$(WIDGET_JS): $(STAMP) addnorm_lib/authoring/widgets.py
+	$(BIN)/python -m addnorm_lib.authoring.widgets --dest _vendor/widgets
 
 book: $(STAMP) $(WIDGET_JS) _build/.library-stamp
 	@start=$$(date +%s); \
 	$(BIN)/jupyter-book build . --builder html --warningiserror --nitpick --keep-going && \
-	$(BIN)/python -m addnorm_lib.build_report --since $$start && \
+	$(BIN)/python -m addnorm_lib.authoring.build_report --since $$start && \
 	echo "Built in $$(( $$(date +%s) - start )) s. The book is in _build/html/index.html"
 
 # The system packages the suite needs (addnorm_lib/_provision.py): installed with apt-get when
@@ -69,7 +69,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab exercises
 
 exercises: $(STAMP)
-	$(BIN)/python -m addnorm_lib.release
+	$(BIN)/python -m addnorm_lib.authoring.release
 
 lock:
 	rm -rf /tmp/addnorm-lock && $(PYTHON) -m venv /tmp/addnorm-lock

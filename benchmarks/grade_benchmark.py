@@ -6,11 +6,11 @@ Generates N submissions of the LayerNorm assignment (correct, partly wrong, brok
 builds the graded notebooks the grader would build, and times
 
 (a) the floor: plainly executing those graded notebooks with nbclient, J at a time;
-(b) the grader: ``python -m addnorm_lib.grade`` on the submissions with ``--jobs J``;
+(b) the grader: ``python -m addnorm_lib.grading`` on the submissions with ``--jobs J``;
 (c) the baseline: one sequential ``pytest --nbval-lax`` over the graded notebooks.
 
 (a) and (c) start every kernel from scratch; (b) forks warm kernels from a zygote (see
-``addnorm_lib/_warm_kernels.py``), which is why it can beat (a).
+``addnorm_lib/grading/_warm_kernels.py``), which is why it can beat (a).
 """
 
 import argparse
@@ -26,8 +26,8 @@ from pathlib import Path
 import nbclient
 import nbformat
 
-from addnorm_lib import grade
 from addnorm_lib.checks._record import OBSERVATIONS_ENV
+from addnorm_lib.grading import pipeline as grade
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "layernorm.ipynb"
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
         seconds = {
             "floor (nbclient)": timed(lambda: floor(graded, args.jobs)),
             "grader": timed(lambda: subprocess.run(
-                [sys.executable, "-m", "addnorm_lib.grade", str(tmp / "submissions"), "--out",
+                [sys.executable, "-m", "addnorm_lib.grading", str(tmp / "submissions"), "--out",
                  str(tmp / "out"), "--jobs", str(args.jobs)], check=True, capture_output=True)),
             "sequential pytest --nbval-lax": timed(lambda: subprocess.run(
                 [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-q",

@@ -2,7 +2,8 @@
 
     python benchmarks/suite_benchmark.py [--mutants N] [--suite] [--json FILE]
 
-(a) Mutants. The first N mutants of tests/test_mutants.py (one per assignment first), judged
+(a) Mutants. The first N mutants of tests/exercises/test_mutants.py (one per assignment first),
+judged
     three ways: in the test process (tests/inprocess.py, as the suite grades most of them now),
     through the grader in one batch with ``--jobs 2`` (as the suite grades one per assignment),
     and through the grader one notebook at a time (``grade.grade_one``, as the suite graded every
@@ -24,13 +25,12 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
 
-from conftest import FIXTURE_GROUPS, run_python  # noqa: E402
-from inprocess import grade_in_process  # noqa: E402
-from test_mutants import MUTANTS, THROUGH_THE_GRADER, mutated  # noqa: E402
-
-from addnorm_lib import grade  # noqa: E402
+from addnorm_lib.grading import pipeline as grade  # noqa: E402
+from tests.conftest import FIXTURE_GROUPS, run_python  # noqa: E402
+from tests.exercises.test_mutants import MUTANTS, THROUGH_THE_GRADER, mutated  # noqa: E402
+from tests.inprocess import grade_in_process  # noqa: E402
 
 IN_PROCESS, BATCH, ONE_AT_A_TIME = (
     "in process",
@@ -55,7 +55,7 @@ def pick_mutants(count: int) -> list:
 def grade_batch(mutants: list, folder: Path) -> None:
     for n, mutant in enumerate(mutants):
         nbformat.write(mutated(mutant), folder / f"mutant{n}-{mutant.assignment}.ipynb")
-    graded = run_python("-m", "addnorm_lib.grade", folder, "--out", folder / "out", "--jobs", 2)
+    graded = run_python("-m", "addnorm_lib.grading", folder, "--out", folder / "out", "--jobs", 2)
     graded.check_returncode()
 
 

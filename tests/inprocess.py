@@ -6,7 +6,8 @@ The mutation tests grade dozens of wrong answers. Through the real grader each c
 :func:`grade.assemble` builds the graded notebook, the cells run in order in one namespace as
 ``nbval --nbval-lax`` runs them (a failing cell fails, the next still runs), the checks record
 their observations in a folder, and :func:`grade.judge` decides the points from those records.
-tests/test_mutants.py grades one mutant per assignment both ways and requires the same result.
+tests/exercises/test_mutants.py grades one mutant per assignment both ways and requires the same
+result.
 Nothing here is safe against hostile code: it is for the course's own mutants only.
 """
 
@@ -22,8 +23,8 @@ from unittest import mock
 
 import nbformat
 
-from addnorm_lib import grade
 from addnorm_lib.checks import _record as record
+from addnorm_lib.grading import pipeline as grade
 
 
 @contextlib.contextmanager
@@ -39,7 +40,7 @@ def observations_folder():
 def run_cells(nb: nbformat.NotebookNode) -> list[dict]:
     """Execute the code cells of ``nb`` in order in one namespace; one record per cell.
 
-    Records have the fields of the grader's nbval plugin (``addnorm_lib._nbval_grades``).
+    Records have the fields of the grader's nbval plugin (``addnorm_lib.grading._nbval_grades``).
     """
     namespace = {"__name__": "__main__"}
     records = []

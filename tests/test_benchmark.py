@@ -4,7 +4,8 @@ import importlib.util
 import json
 
 import pytest
-from conftest import ROOT, run_python
+
+from tests.conftest import ROOT, run_python
 
 pytestmark = pytest.mark.slow
 

@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT
+from tests.conftest import ROOT
 
 RUFF = Path(sys.executable).parent / "ruff"
 

@@ -2,7 +2,8 @@
 
 A checker runs a learner's function on a sequence of :class:`Case` inputs and raises
 :class:`CheckFailed` at the first problem, with a message written for the learner: which input,
-what is wrong, and (when the result matches an entry of :mod:`addnorm_lib.mistakes`) what they
+what is wrong, and (when the result matches an entry of :mod:`addnorm_lib.reference.mistakes`) what
+they
 probably did and how to fix it.
 """
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:  # the graded kernel cannot import mistakes (it is hidden there)
-    from addnorm_lib.mistakes import Mistake
+    from addnorm_lib.reference.mistakes import Mistake
 
 
 class CheckFailed(AssertionError):

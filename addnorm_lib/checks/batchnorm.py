@@ -1,6 +1,6 @@
 """Checkers for the BatchNorm exercise's numpy code: ``batch_norm`` and ``batch_norm_backward``.
 
-Signatures of :mod:`addnorm_lib.norms`:
+Signatures of :mod:`addnorm_lib.reference.norms`:
 
 - ``batch_norm(x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5)
   -> (y, new_running_mean, new_running_var)``, for x of shape (N, C) or (N, C, L);
@@ -93,7 +93,7 @@ def probe_batch_norm(batch_norm, seed: int = 0) -> list[Observation]:
 def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
     """Compare recorded ``batch_norm`` results with the reference; name known mistakes."""
     __tracebackhide__ = True
-    from addnorm_lib import mistakes, norms
+    from addnorm_lib.reference import mistakes, norms
 
     cases = batch_norm_cases(seed)
     for case, observation, outputs in judged_calls("batch_norm", cases, observations):
@@ -116,7 +116,7 @@ def probe_batch_norm_backward(batch_norm_backward, seed: int = 0) -> list[Observ
 
 def judge_batch_norm_backward(observations: list[Observation], seed: int = 0) -> str:
     __tracebackhide__ = True
-    from addnorm_lib import mistakes, norms
+    from addnorm_lib.reference import mistakes, norms
 
     cases = batch_norm_backward_cases(seed)
     for case, observation, grads in judged_calls("batch_norm_backward", cases, observations):
@@ -233,7 +233,7 @@ def probe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True)
 
 def _module_mistakes(grad_enabled: bool):
     """The numpy catalogue, plus deciding the mode by torch.is_grad_enabled()."""
-    from addnorm_lib import mistakes, norms
+    from addnorm_lib.reference import mistakes, norms
 
     def mode_from_grad(x, gamma, beta, running_mean, running_var, training, momentum, eps):
         return norms.batch_norm(

@@ -1,6 +1,6 @@
 """Checkers for the DeepNorm exercise: the constants, the residual step and the initializer.
 
-The functions under check (signatures of :mod:`addnorm_lib.deepnorm`):
+The functions under check (signatures of :mod:`addnorm_lib.reference.deepnorm`):
 
 - ``deepnorm_constants(architecture, num_encoder_layers=0, num_decoder_layers=0, stack=None)
   -> (alpha, beta)``;
@@ -63,7 +63,7 @@ def probe_deepnorm_constants(deepnorm_constants, seed: int = 0) -> list[Observat
 
 def judge_deepnorm_constants(observations: list[Observation], seed: int = 0) -> str:
     __tracebackhide__ = True
-    from addnorm_lib import deepnorm, mistakes
+    from addnorm_lib.reference import deepnorm, mistakes
 
     name = "deepnorm_constants"
     cases = constants_cases(seed)
@@ -115,7 +115,7 @@ def residual_cases(seed: int = 0) -> list[Case]:
     """Inputs ``(x, sublayer, norm, alpha)``: float64 torch objects rebuilt from the seed."""
     import torch
 
-    from addnorm_lib.sublayers import FeedForward, SelfAttention
+    from addnorm_lib.transformer.sublayers import FeedForward, SelfAttention
 
     rng = np.random.default_rng(seed + 40)
 
@@ -150,7 +150,7 @@ def judge_deepnorm_residual(observations: list[Observation], seed: int = 0) -> s
     __tracebackhide__ = True
     import torch
 
-    from addnorm_lib import deepnorm, mistakes
+    from addnorm_lib.reference import deepnorm, mistakes
 
     name = "deepnorm_residual"
     cases = residual_cases(seed)
@@ -184,7 +184,7 @@ def init_layer(seed: int = 0):
     """A float64 ``LayerParts`` with seeded weights, zero biases and unit norm weights."""
     import torch
 
-    from addnorm_lib.sublayers import LayerParts
+    from addnorm_lib.transformer.sublayers import LayerParts
 
     layer = LayerParts(16, 2, 32).double()
     rng = np.random.default_rng(seed + 41)
@@ -209,7 +209,7 @@ def probe_deepnorm_init(deepnorm_init_, seed: int = 0) -> dict:
 
 def _judge_init_state(state: dict, original: dict, beta: float) -> None:
     __tracebackhide__ = True
-    from addnorm_lib.deepnorm import DEEPNORM_SCALED
+    from addnorm_lib.reference.deepnorm import DEEPNORM_SCALED
 
     name = "deepnorm_init_"
     where = f"{name}(layer, beta={beta})"

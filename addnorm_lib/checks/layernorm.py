@@ -5,7 +5,8 @@ seed and records what happened as plain data (:class:`Observation`). The judge d
 inputs, runs the same probe on the reference, compares, and raises :class:`CheckFailed` with a
 specific message at the first problem. A learner's self-check does both in the notebook; when
 grading, the kernel only probes and the grader judges in its own process (see ``_record``).
-The references (``addnorm_lib.norms``, ``addnorm_lib.mistakes``) are imported by judges only: a
+The references (``addnorm_lib.reference.norms``, ``addnorm_lib.reference.mistakes``) are imported
+by judges only: a
 graded kernel cannot see them.
 """
 
@@ -98,7 +99,7 @@ def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
     Raises CheckFailed at the first wrong result; else returns the summary of what passed.
     """
     __tracebackhide__ = True
-    from addnorm_lib import mistakes, norms
+    from addnorm_lib.reference import mistakes, norms
 
     cases = layer_norm_cases(seed)
     for case, observation, y in judged_calls("layer_norm", cases, observations):
@@ -158,7 +159,7 @@ def probe_layer_norm_backward(layer_norm_backward, seed: int = 0) -> list[Observ
 
 def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) -> str:
     __tracebackhide__ = True
-    from addnorm_lib import mistakes, norms
+    from addnorm_lib.reference import mistakes, norms
 
     cases = layer_norm_backward_cases(seed)
     for case, observation, grads in judged_calls("layer_norm_backward", cases, observations):
@@ -344,7 +345,7 @@ def _judge_describe(observation, config, checked):
 
 def _judge_forward(observations, reference, key, description, atol=1e-8, mistake_args=()):
     __tracebackhide__ = True
-    from addnorm_lib import mistakes
+    from addnorm_lib.reference import mistakes
 
     config = key.split(":")[1]
     load = observations.get(f"load:{config}", Observation(value=True))

@@ -1,6 +1,6 @@
 """Checkers for the placement exercise: Post-LN and Pre-LN blocks, a Pre-LN stack, two schedules.
 
-The classes and functions under check (signatures of :mod:`addnorm_lib.placement`):
+The classes and functions under check (signatures of :mod:`addnorm_lib.reference.placement`):
 
 - ``PostLNBlock(self_attn, ffn, d_model)`` and ``PreLNBlock(self_attn, ffn, d_model)``, with
   LayerNorms ``norm1`` and ``norm2`` (as ``torch.nn.TransformerEncoderLayer``);
@@ -53,7 +53,7 @@ def block_parts(seed: int = 0):
     """``(x, self_attn, ffn, norm_state)``: the input, fresh seeded sublayers, norm parameters."""
     import torch
 
-    from addnorm_lib.sublayers import FeedForward, SelfAttention
+    from addnorm_lib.transformer.sublayers import FeedForward, SelfAttention
 
     rng = np.random.default_rng(seed + 50)
     self_attn = _filled(SelfAttention(D_MODEL, HEADS), rng)
@@ -102,7 +102,7 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
     __tracebackhide__ = True
     import torch
 
-    from addnorm_lib import mistakes, placement
+    from addnorm_lib.reference import mistakes, placement
 
     name = "PostLNBlock" if post else "PreLNBlock"
     if set(observations) != {"keys", "fresh", "loaded"}:
@@ -136,12 +136,12 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
         fail(f"{name}, on {described}: its output tokens are not normalized (per-token mean up to "
              f"{mean_error:.3g} from 0, variance up to {var_error:.3g} from 1). A Post-LN block "
              "ends with a LayerNorm of the sum, so every token leaves it with mean 0 and variance "
-             f"1 (before the norm's affine).\nHint: {mistakes._POST}")  # fmt: skip
+             f"1 (before the norm's affine).\nHint: {mistakes.placement._POST}")  # fmt: skip
     if not post and var_error < 1e-2:
         fail(f"{name}, on {described}: every output token has variance 1, so your block "
              "normalizes the residual stream. In Pre-LN only the sublayers' inputs are "
              "normalized; the stream carries x plus the sublayers' outputs, unnormalized.\n"
-             f"Hint: {mistakes._PRE}")  # fmt: skip
+             f"Hint: {mistakes.placement._PRE}")  # fmt: skip
     checked.append(
         "per-token statistics of the output: normalized"
         if post
@@ -194,8 +194,8 @@ def stack_parts(seed: int = 0):
     """``(x, layers, norm)``: seeded public blocks (PaLM-style) and a LayerNorm, float64."""
     import torch
 
-    from addnorm_lib.architectures import ParallelBlock
-    from addnorm_lib.sublayers import FeedForward, SelfAttention
+    from addnorm_lib.transformer.architectures import ParallelBlock
+    from addnorm_lib.transformer.sublayers import FeedForward, SelfAttention
 
     rng = np.random.default_rng(seed + 51)
     layers = [_filled(ParallelBlock(SelfAttention(D_MODEL, HEADS), FeedForward(D_MODEL, FFN),
@@ -224,7 +224,7 @@ def judge_pre_ln_stack(observations: dict, seed: int = 0) -> str:
     __tracebackhide__ = True
     import torch
 
-    from addnorm_lib import mistakes, placement
+    from addnorm_lib.reference import mistakes, placement
 
     name = "PreLNStack"
     if set(observations) != {"keys", "output"}:
@@ -303,7 +303,7 @@ def probe_vaswani_lr(vaswani_lr, seed: int = 0) -> list[Observation]:
 
 def judge_vaswani_lr(observations: list[Observation], seed: int = 0) -> str:
     __tracebackhide__ = True
-    from addnorm_lib import mistakes, placement
+    from addnorm_lib.reference import mistakes, placement
 
     return _judge_schedule("vaswani_lr", vaswani_cases(seed), placement.vaswani_lr, observations,
                            mistakes.VASWANI_LR_MISTAKES)  # fmt: skip
@@ -315,7 +315,7 @@ def probe_warmup_rsqrt_lr(warmup_rsqrt_lr, seed: int = 0) -> list[Observation]:
 
 def judge_warmup_rsqrt_lr(observations: list[Observation], seed: int = 0) -> str:
     __tracebackhide__ = True
-    from addnorm_lib import mistakes, placement
+    from addnorm_lib.reference import mistakes, placement
 
     return _judge_schedule("warmup_rsqrt_lr", rsqrt_cases(seed), placement.warmup_rsqrt_lr,
                            observations, mistakes.WARMUP_RSQRT_LR_MISTAKES)  # fmt: skip

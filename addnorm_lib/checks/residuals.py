@@ -1,6 +1,6 @@
 """Checkers for the residual exercise: MLP blocks with and without a shortcut, in numpy.
 
-The functions under check (signatures of :mod:`addnorm_lib.blocks`):
+The functions under check (signatures of :mod:`addnorm_lib.reference.residuals`):
 
 - ``residual_block(x, W1, b1, W2) -> y`` and ``plain_block(x, W1, b1, W2) -> y``;
 - ``residual_block_backward(dy, x, W1, b1, W2) -> (dx, dW1, db1, dW2)`` and the plain one;
@@ -8,7 +8,8 @@ The functions under check (signatures of :mod:`addnorm_lib.blocks`):
 
 As in :mod:`addnorm_lib.checks.layernorm`, each check is a probe (runs the learner's code, records
 plain data) and a judge (compares with the reference, names known mistakes). The references
-(``addnorm_lib.blocks``, ``addnorm_lib.mistakes``) are imported by judges only.
+(``addnorm_lib.reference.residuals``, ``addnorm_lib.reference.mistakes``) are imported by judges
+only.
 """
 
 import numpy as np
@@ -106,7 +107,8 @@ def probe_block(block, seed: int = 0) -> list[Observation]:
 
 def _judge_block(name: str, observations: list[Observation], seed: int, residual: bool) -> str:
     __tracebackhide__ = True
-    from addnorm_lib import blocks, mistakes
+    from addnorm_lib.reference import mistakes
+    from addnorm_lib.reference import residuals as blocks
 
     reference = blocks.residual_block if residual else blocks.plain_block
     known = mistakes.RESIDUAL_BLOCK_MISTAKES if residual else mistakes.PLAIN_BLOCK_MISTAKES
@@ -148,7 +150,8 @@ def probe_block_backward(backward, seed: int = 0) -> list[Observation]:
 
 def _judge_backward(name: str, observations: list[Observation], seed: int, residual: bool) -> str:
     __tracebackhide__ = True
-    from addnorm_lib import blocks, mistakes
+    from addnorm_lib.reference import mistakes
+    from addnorm_lib.reference import residuals as blocks
 
     reference = blocks.residual_block_backward if residual else blocks.plain_block_backward
     known = mistakes.RESIDUAL_BACKWARD_MISTAKES if residual else mistakes.PLAIN_BACKWARD_MISTAKES
@@ -191,7 +194,8 @@ def probe_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> list[Obse
 
 def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -> str:
     __tracebackhide__ = True
-    from addnorm_lib import blocks, mistakes
+    from addnorm_lib.reference import mistakes
+    from addnorm_lib.reference import residuals as blocks
 
     cases = stack_cases(seed)
     for case, observation, norms in judged_calls("stack_gradient_norms", cases, observations):

@@ -67,7 +67,7 @@ def probe_rms_norm(rms_norm, seed: int = 0) -> list[Observation]:
 def judge_rms_norm(observations: list[Observation], seed: int = 0) -> str:
     """Compare recorded ``rms_norm`` results with the reference (float64, cast back)."""
     __tracebackhide__ = True
-    from addnorm_lib import mistakes, norms
+    from addnorm_lib.reference import mistakes, norms
 
     cases = rms_norm_cases(seed)
     for case, observation, y in judged_calls("rms_norm", cases, observations):
@@ -102,7 +102,7 @@ def probe_rms_norm_backward(rms_norm_backward, seed: int = 0) -> list[Observatio
 
 def judge_rms_norm_backward(observations: list[Observation], seed: int = 0) -> str:
     __tracebackhide__ = True
-    from addnorm_lib import mistakes, norms
+    from addnorm_lib.reference import mistakes, norms
 
     cases = rms_norm_backward_cases(seed)
     for case, observation, grads in judged_calls("rms_norm_backward", cases, observations):
@@ -345,7 +345,7 @@ def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
     __tracebackhide__ = True
     import torch
 
-    from addnorm_lib import mistakes
+    from addnorm_lib.reference import mistakes
 
     reference = probe_rms_norm_module(torch.nn.RMSNorm, seed, forbid_torch_norms=False)
     if set(observations) != set(reference):

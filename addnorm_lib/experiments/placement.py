@@ -1,0 +1,358 @@
+"""Experiments of the placement chapter: Post-LN against Pre-LN at initialization and in training.
+
+Xiong et al. (2020) compare the two placements of LayerNorm in a Transformer layer at
+initialization (the gradient of the last FFN weight, the size of the Pre-LN stream) and in
+training (with and without a learning-rate warm-up). This module builds the small models and
+runs both kinds of measurement on the CPU, seeded, in float32:
+
+- :func:`make_stack` builds L :class:`~addnorm_lib.reference.placement.PostLNBlock` s, or L
+  :class:`~addnorm_lib.reference.placement.PreLNBlock` s plus the final norm
+  (:class:`~addnorm_lib.reference.placement.PreLNStack`), from the course's sublayers.
+- :class:`PlacementModel` is a token embedding (optionally scaled), a learned position
+  embedding, such a stack and a linear read-out. With the same seed, both placements draw every
+  weight from the same random numbers.
+- :func:`last_ffn_gradient_norm` is Theorem 1's quantity: the norm of the gradient of the last
+  FFN's output weight at initialization.
+- :func:`stream_norms` measures ``E||x_l||^2 / d`` after each block of a Pre-LN stack (the lemma).
+- :func:`train_placement_model` trains on :func:`~addnorm_lib.experiments.deepnorm.reverse_task`
+  with Adam
+  or RAdam and an optional linear warm-up; :func:`warmup_sweep` runs a grid of such runs.
+
+The warm-up sweep takes minutes, too long for a book build, so the chapter reads its results
+from ``book/data/warmup_sweep.json``. Regenerate that file with::
+
+    .venv/bin/python -m addnorm_lib.experiments.placement warmup-sweep \\
+        --out book/data/warmup_sweep.json --jobs 2
+
+``tests/test_placement_experiments.py`` re-runs a few of its runs and compares them with the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from addnorm_lib.experiments.deepnorm import reverse_task
+from addnorm_lib.experiments.depth import set_seed
+from addnorm_lib.reference.placement import PostLNBlock, PreLNBlock, PreLNStack
+from addnorm_lib.transformer.sublayers import FeedForward, SelfAttention
+
+__all__ = [
+    "PLACEMENTS",
+    "SWEEP_CONFIG",
+    "PlacementModel",
+    "RunSpec",
+    "last_ffn_gradient_norm",
+    "make_stack",
+    "run_spec",
+    "stream_norms",
+    "sweep_specs",
+    "train_placement_model",
+    "warmup_sweep",
+]
+
+PLACEMENTS = ("post", "pre")
+
+#: The warm-up sweep's model, task and training settings (the chapter's cached sweep uses these).
+SWEEP_CONFIG: dict = {
+    "num_layers": 12,
+    "d_model": 32,
+    "nhead": 4,
+    "dim_feedforward": 128,
+    "seq_len": 8,
+    "vocab_size": 12,
+    "batch_size": 32,
+    "steps": 400,
+    "betas": (0.9, 0.98),
+}
+
+
+def make_stack(
+    placement: str,
+    num_layers: int,
+    d_model: int,
+    nhead: int,
+    dim_feedforward: int,
+    activation: str = "gelu",
+) -> nn.Module:
+    """``num_layers`` Post-LN blocks in sequence, or Pre-LN blocks plus a final LayerNorm.
+
+    Sublayers are :class:`~addnorm_lib.transformer.sublayers.SelfAttention` and
+    :class:`~addnorm_lib.transformer.sublayers.FeedForward` (Xavier-normal weights, zero biases),
+    built in
+    the same order for both placements, so one seed gives both the same weights. The final norm
+    has no random parameters. Input and output ``(B, T, d_model)``.
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+    block = PostLNBlock if placement == "post" else PreLNBlock
+    layers = [
+        block(SelfAttention(d_model, nhead), FeedForward(d_model, dim_feedforward, activation),
+              d_model)
+        for _ in range(num_layers)
+    ]  # fmt: skip
+    if placement == "post":
+        return nn.Sequential(*layers)
+    return PreLNStack(layers, nn.LayerNorm(d_model))
+
+
+def _blocks(stack: nn.Module) -> list[nn.Module]:
+    return list(stack.layers) if isinstance(stack, PreLNStack) else list(stack)
+
+
+class PlacementModel(nn.Module):
+    """Embedding (times ``embed_scale``) + position embedding -> :func:`make_stack` -> read-out.
+
+    Args:
+        placement: ``"post"`` or ``"pre"``.
+        vocab_size, seq_len: vocabulary and (maximal) sequence length T.
+        num_layers, d_model, nhead, dim_feedforward: the stack's sizes.
+        embed_scale: factor on the token embedding (``sqrt(d_model)`` as in the original
+            Transformer, 1 for none). Embedding entries start as N(0, 1).
+        activation: the FFN's activation.
+
+    ``forward``: int64 tokens ``(B, T)`` -> float32 logits ``(B, T, vocab_size)``.
+    """
+
+    def __init__(
+        self,
+        placement: str,
+        vocab_size: int,
+        seq_len: int,
+        num_layers: int,
+        d_model: int,
+        nhead: int,
+        dim_feedforward: int,
+        embed_scale: float = 1.0,
+        activation: str = "gelu",
+    ) -> None:
+        super().__init__()
+        self.placement, self.vocab_size, self.seq_len = placement, vocab_size, seq_len
+        self.embed_scale = embed_scale
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Parameter(torch.randn(seq_len, d_model))  # (T, C)
+        self.stack = make_stack(placement, num_layers, d_model, nhead, dim_feedforward, activation)
+        self.head = nn.Linear(d_model, vocab_size)
+
+    @property
+    def blocks(self) -> list[nn.Module]:
+        """The stack's blocks, first to last (without the final norm)."""
+        return _blocks(self.stack)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        x = self.embed(tokens) * self.embed_scale + self.pos[: tokens.shape[1]]  # (B, T, C)
+        return self.head(self.stack(x))  # (B, T, V)
+
+
+def last_ffn_gradient_norm(
+    placement: str,
+    num_layers: int,
+    seed: int,
+    *,
+    d_model: int = 64,
+    nhead: int = 4,
+    dim_feedforward: int = 256,
+    vocab_size: int = 12,
+    seq_len: int = 8,
+    batch_size: int = 32,
+    embed_scale: float = 1.0,
+) -> float:
+    """Frobenius norm of dLoss/dW for the last block's FFN output weight (``fc2``), at init.
+
+    The model is a seeded :class:`PlacementModel`; the loss is the mean cross-entropy of one
+    batch of :func:`~addnorm_lib.experiments.deepnorm.reverse_task` (random tokens, seeded by
+    ``seed``).
+    """
+    set_seed(seed)
+    model = PlacementModel(placement, vocab_size, seq_len, num_layers, d_model, nhead,
+                           dim_feedforward, embed_scale)  # fmt: skip
+    tokens, targets = reverse_task(batch_size, seq_len, vocab_size,
+                                   torch.Generator().manual_seed(seed))  # fmt: skip
+    logits = model(tokens)  # (B, T, V)
+    F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).backward()
+    return float(model.blocks[-1].ffn.fc2.weight.grad.double().norm())
+
+
+def stream_norms(
+    num_layers: int,
+    seed: int,
+    *,
+    d_model: int = 64,
+    nhead: int = 4,
+    dim_feedforward: int = 256,
+    activation: str = "gelu",
+    batch_size: int = 64,
+    seq_len: int = 8,
+    zero_qk: bool = False,
+) -> np.ndarray:
+    """``mean ||x_l||^2 / d_model`` over the tokens of a batch, for ``l = 0 .. num_layers``.
+
+    ``x_0`` has N(0, 1) entries (so ``E||x_0||^2 = d_model``); ``x_l`` is the Pre-LN stream after
+    ``l`` blocks, before the final norm. ``zero_qk=True`` zeroes the query and key projections, so
+    that every attention weight is uniform. Returns float64 of shape ``(num_layers + 1,)``.
+    """
+    set_seed(seed)
+    stack = make_stack("pre", num_layers, d_model, nhead, dim_feedforward, activation)
+    if zero_qk:
+        with torch.no_grad():
+            for block in stack.layers:
+                block.self_attn.q_proj.weight.zero_()
+                block.self_attn.k_proj.weight.zero_()
+    x = torch.randn(batch_size, seq_len, d_model)  # (B, T, C)
+    sizes = [x.double().pow(2).sum(-1).mean().item() / d_model]
+    with torch.no_grad():
+        for block in stack.layers:
+            x = block(x)  # (B, T, C)
+            sizes.append(x.double().pow(2).sum(-1).mean().item() / d_model)
+    return np.array(sizes)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the warm-up sweep.
+
+    ``placement`` is ``"post"`` or ``"pre"``; ``optimizer`` is ``"adam"`` or ``"radam"``;
+    ``warmup`` is the length of the linear warm-up in steps (0: none); ``lr`` the peak rate.
+    """
+
+    placement: str
+    optimizer: str
+    lr: float
+    warmup: int
+    seed: int
+
+
+def train_placement_model(
+    model: PlacementModel,
+    seed: int,
+    *,
+    lr: float,
+    warmup: int = 0,
+    optimizer: str = "adam",
+    steps: int = 400,
+    batch_size: int = 32,
+    betas: Sequence[float] = (0.9, 0.98),
+) -> dict:
+    """Train ``model`` in place on fresh batches of the reversal task; return what happened.
+
+    The learning rate rises linearly from ``lr / warmup`` to ``lr`` over the first ``warmup``
+    steps, then stays at ``lr`` (``warmup=0``: constant). ``optimizer``: ``"adam"`` or
+    ``"radam"`` (``torch.optim.RAdam``), both with ``betas``. ``seed`` fixes the batches and the
+    held-out batch of 512 sequences. Training stops at a non-finite loss.
+
+    Returns a dict: ``losses`` (training loss per step, list of ``steps`` floats, NaN after a
+    divergence), ``final_loss`` and ``final_accuracy`` on the held-out batch.
+    """
+    optimizers = {"adam": torch.optim.Adam, "radam": torch.optim.RAdam}
+    if optimizer not in optimizers:
+        raise ValueError(f"optimizer must be one of {sorted(optimizers)}, got {optimizer!r}")
+    opt = optimizers[optimizer](model.parameters(), lr=lr, betas=tuple(betas))
+    if warmup > 0:
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
+    else:
+        sched = None
+    vocab_size, seq_len = model.vocab_size, model.seq_len
+    data = torch.Generator().manual_seed(seed)
+    losses = [math.nan] * steps
+    for step in range(steps):
+        tokens, targets = reverse_task(batch_size, seq_len, vocab_size, data)  # (B, T) each
+        loss = F.cross_entropy(model(tokens).reshape(-1, vocab_size), targets.reshape(-1))
+        if not torch.isfinite(loss):
+            break
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+        losses[step] = loss.item()
+    tokens, targets = reverse_task(512, seq_len, vocab_size, data)  # (512, T), held out
+    with torch.no_grad():
+        logits = model(tokens)  # (512, T, V)
+        final = F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).item()
+        accuracy = (logits.argmax(-1) == targets).double().mean().item()
+    return {"losses": losses, "final_loss": final, "final_accuracy": accuracy}
+
+
+def run_spec(spec: RunSpec, config: dict | None = None) -> dict:
+    """Build the seeded model of ``spec`` (sizes from ``config``, default :data:`SWEEP_CONFIG`),
+    train it with :func:`train_placement_model`, and return ``asdict(spec)`` plus the results
+    (``losses`` rounded to 5 decimals) and ``seconds``. Runs on one thread."""
+    config = {**SWEEP_CONFIG, **(config or {})}
+    torch.set_num_threads(1)
+    set_seed(spec.seed)
+    model = PlacementModel(spec.placement, config["vocab_size"], config["seq_len"],
+                           config["num_layers"], config["d_model"], config["nhead"],
+                           config["dim_feedforward"])  # fmt: skip
+    start = time.perf_counter()
+    result = train_placement_model(model, spec.seed, lr=spec.lr, warmup=spec.warmup,
+                                   optimizer=spec.optimizer, steps=config["steps"],
+                                   batch_size=config["batch_size"],
+                                   betas=config["betas"])  # fmt: skip
+    result["losses"] = [round(v, 5) if math.isfinite(v) else None for v in result["losses"]]
+    return {**asdict(spec), **result, "seconds": time.perf_counter() - start}
+
+
+def sweep_specs(
+    lrs: Iterable[float] = (1e-3, 3e-3),
+    seeds: Iterable[int] = (0, 1),
+    post_warmups: Iterable[int] = (0, 100, 300),
+    pre_warmups: Iterable[int] = (0, 100),
+    radam_lrs: Iterable[float] = (3e-3,),
+) -> list[RunSpec]:
+    """The sweep's grid, for every seed: Adam with each learning rate and warm-up (Post-LN with
+    ``post_warmups``, Pre-LN with ``pre_warmups``), and RAdam without warm-up for both placements
+    at each of ``radam_lrs``."""
+    lrs, seeds = list(lrs), list(seeds)
+    warmups = {"post": list(post_warmups), "pre": list(pre_warmups)}
+    specs = [RunSpec(p, "adam", lr, w, s) for p in PLACEMENTS for lr in lrs for w in warmups[p]
+             for s in seeds]  # fmt: skip
+    specs += [RunSpec(p, "radam", lr, 0, s) for p in PLACEMENTS for lr in radam_lrs for s in seeds]
+    return specs
+
+
+@dataclass
+class _Sweep:
+    config: dict
+    command: str
+    runs: list = field(default_factory=list)
+
+
+def warmup_sweep(specs: Sequence[RunSpec], jobs: int = 1) -> list[dict]:
+    """:func:`run_spec` for every spec, on ``jobs`` processes (one thread each); same order."""
+    if jobs <= 1:
+        return [run_spec(s) for s in specs]
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        return pool.map(run_spec, specs, chunksize=1)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m addnorm_lib.experiments.placement")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sweep = sub.add_parser("warmup-sweep", help="run the warm-up sweep and write it as JSON")
+    sweep.add_argument("--out", type=Path, required=True)
+    sweep.add_argument("--jobs", type=int, default=1)
+    args = parser.parse_args(argv)
+    specs = sweep_specs()
+    start = time.perf_counter()
+    runs = warmup_sweep(specs, args.jobs)
+    command = f"python -m addnorm_lib.experiments.placement warmup-sweep --out {args.out}"
+    record = _Sweep({**SWEEP_CONFIG, "betas": list(SWEEP_CONFIG["betas"])}, command, runs)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(asdict(record), indent=1) + "\n", encoding="utf-8")
+    print(f"{len(runs)} runs in {time.perf_counter() - start:.0f} s -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()

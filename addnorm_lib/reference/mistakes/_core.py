@@ -1,0 +1,67 @@
+"""What every topic's catalogue shares: the Mistake record, shared statistics, dispatch."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One known mistake: what it computes and what to tell a learner whose result matches it."""
+
+    name: str
+    diagnosis: str  # what the learner probably did, addressed to them
+    hint: str  # how to fix it
+    compute: Callable[..., object]
+
+
+def _stats(x, axis, ddof=0):
+    mean = x.mean(axis=axis, keepdims=True)
+    var = ((x - mean) ** 2).sum(axis=axis, keepdims=True) / (
+        np.prod([x.shape[a] for a in np.atleast_1d(axis)]) - ddof
+    )
+    return mean, var
+
+
+def _normalize(x, axis, eps, ddof=0, eps_outside=False, use_eps=True):
+    mean, var = _stats(x, axis, ddof)
+    if not use_eps:
+        return (x - mean) / np.sqrt(var)
+    if eps_outside:
+        return (x - mean) / (np.sqrt(var) + eps)
+    return (x - mean) / np.sqrt(var + eps)
+
+
+def dispatch(table: dict, kind: str, what: str):
+    """``table[kind]``; a ValueError naming the known kinds for any other name.
+
+    The mistake catalogues build their wrong implementations from names: a misspelled name must
+    fail loudly, not fall through to another variant (or to the right answer).
+    """
+    if kind not in table:
+        raise ValueError(f"unknown {what} mistake {kind!r}; known: {', '.join(sorted(table))}")
+    return table[kind]
+
+
+def _backward_dx(norm="layer", keep_mean_term=True, keep_var_term=True, use_gamma=True):
+    """A norm's dx with terms dropped on purpose: LayerNorm's statistics are over the last axis,
+    BatchNorm's over every axis but the channel axis 1 (gamma then broadcasts along axis 1)."""
+
+    def compute(dy, x, gamma, eps=1e-5):
+        if norm == "layer":
+            axes, channel = (-1,), gamma.shape
+        else:
+            axes, channel = (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
+        mean, var = _stats(x, axes)
+        inv_std = 1.0 / np.sqrt(var + eps)
+        x_hat = (x - mean) * inv_std
+        dx_hat = dy * gamma.reshape(channel) if use_gamma else dy
+        dx = dx_hat
+        if keep_mean_term:
+            dx = dx - dx_hat.mean(axis=axes, keepdims=True)
+        if keep_var_term:
+            dx = dx - x_hat * (dx_hat * x_hat).mean(axis=axes, keepdims=True)
+        return dx * inv_std, None, None
+
+    return compute

@@ -1,0 +1,121 @@
+"""BatchNorm, forward and backward: the usual wrong implementations.
+
+Every function here is wrong on purpose."""
+
+import numpy as np
+
+from addnorm_lib.reference.mistakes._core import Mistake, _backward_dx
+
+# ----------------------------------------------------------------------------------------------
+# BatchNorm: batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps)
+#            -> (y, new_running_mean, new_running_var), statistics over axis 0 and axes 2, 3, ...
+
+
+def _batch_norm_variant(*, axes=None, biased_running=False, reversed_momentum=False,
+                        batch_stats_in_eval=False, update_in_eval=False,
+                        unbiased_normalize=False):  # fmt: skip
+    """A batch_norm with one convention changed; ``axes(x)`` picks the reduced axes."""
+
+    def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+        reduced = axes(x) if axes else (0, *range(2, x.ndim))
+        channel = [1] * x.ndim
+        channel[1] = x.shape[1]
+        n = int(np.prod([x.shape[a] for a in reduced]))
+        mean = x.mean(axis=reduced, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=reduced, keepdims=True)
+        batch_mean = mean.reshape(-1) if mean.size == x.shape[1] else None
+        batch_var = var.reshape(-1) if var.size == x.shape[1] else None
+        new_mean, new_var = running_mean.copy(), running_var.copy()
+        if (training or update_in_eval) and batch_mean is not None:
+            running = batch_var if biased_running else batch_var * n / (n - 1)
+            keep, take = (momentum, 1 - momentum) if reversed_momentum else (1 - momentum, momentum)
+            new_mean = keep * running_mean + take * batch_mean
+            new_var = keep * running_var + take * running
+        if not training and not batch_stats_in_eval:
+            mean, var = running_mean.reshape(channel), running_var.reshape(channel)
+        elif unbiased_normalize:
+            var = var * n / (n - 1)
+        y = (x - mean) / np.sqrt(var + eps) * gamma.reshape(channel) + beta.reshape(channel)
+        return y.astype(x.dtype), new_mean, new_var
+
+    return batch_norm
+
+
+BATCH_NORM_MISTAKES = (
+    Mistake(
+        "feature_axis",
+        "You normalized over the feature axis (axis 1), as LayerNorm does: BatchNorm takes one "
+        "mean and variance per feature, over the batch (and, for (N, C, L) input, the length).",
+        "Reduce over axis 0 and every axis after 1: axes = (0, *range(2, x.ndim)).",
+        _batch_norm_variant(axes=lambda x: (1,)),
+    ),
+    Mistake(
+        "batch_axis_only",
+        "For an (N, C, L) input you reduced over the batch axis only: BatchNorm1d shares one "
+        "mean and variance per channel across the batch *and* the length axis.",
+        "Reduce over axis 0 and every axis after 1: axes = (0, *range(2, x.ndim)).",
+        _batch_norm_variant(axes=lambda x: (0,)),
+    ),
+    Mistake(
+        "biased_running_var",
+        "Your running variance is updated with the biased batch variance: PyTorch blends in the "
+        "unbiased one, var * n / (n - 1), while normalizing the batch with the biased one.",
+        "new_running_var = (1 - momentum) * running_var + momentum * var * n / (n - 1).",
+        _batch_norm_variant(biased_running=True),
+    ),
+    Mistake(
+        "reversed_momentum",
+        "Your momentum points the wrong way: in PyTorch momentum is the weight of the *new* "
+        "batch, new = (1 - momentum) * old + momentum * batch.",
+        "Swap the two weights: momentum multiplies the batch statistic.",
+        _batch_norm_variant(reversed_momentum=True),
+    ),
+    Mistake(
+        "batch_stats_in_eval",
+        "In eval mode (training=False) you normalized with the batch's own statistics: eval "
+        "mode uses the running estimates, so an example's output does not depend on its batch.",
+        "When training is False, normalize with running_mean and running_var.",
+        _batch_norm_variant(batch_stats_in_eval=True),
+    ),
+    Mistake(
+        "updates_in_eval",
+        "Your function updates the running estimates in eval mode: they must come back unchanged "
+        "when training is False.",
+        "Only blend in the batch statistics when training is True.",
+        _batch_norm_variant(update_in_eval=True),
+    ),
+    Mistake(
+        "unbiased_normalize",
+        "You normalized the batch with the unbiased variance (divide by n - 1): BatchNorm "
+        "normalizes with the biased one (divide by n) and uses the unbiased one only for the "
+        "running estimate.",
+        "var = mean((x - mean)**2) over the reduced axes for y; var * n / (n - 1) for the update.",
+        _batch_norm_variant(unbiased_normalize=True),
+    ),
+)
+
+
+BATCH_NORM_BACKWARD_MISTAKES = (
+    Mistake(
+        "dx_no_mean_term",
+        "Your dx is missing the term that comes from the batch mean: every example moves its "
+        "channel's mean, so dx needs - mean(dx_hat) over the batch inside the bracket.",
+        "dx = (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat)) / sqrt(var + eps), means "
+        "over axis 0 (and the length axis).",
+        _backward_dx("batch", keep_mean_term=False),
+    ),
+    Mistake(
+        "dx_no_variance_term",
+        "Your dx is missing the term that comes from the batch variance: - x_hat * "
+        "mean(dx_hat * x_hat) over the batch.",
+        "dx = (dx_hat - mean(dx_hat) - x_hat * mean(dx_hat * x_hat)) / sqrt(var + eps).",
+        _backward_dx("batch", keep_var_term=False),
+    ),
+    Mistake(
+        "dx_statistics_constant",
+        "Your dx treats the batch mean and variance as constants (dx = dy * gamma / std): in "
+        "training mode both depend on every example of the batch.",
+        "Add the two terms the statistics contribute, averaged over the batch axis.",
+        _backward_dx("batch", keep_mean_term=False, keep_var_term=False),
+    ),
+)

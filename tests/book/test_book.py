@@ -1,0 +1,83 @@
+"""The book builds with every chapter executed and no warning; a broken chapter fails the build."""
+
+import re
+import shutil
+
+import pytest
+import yaml
+
+from tests.conftest import BOOK_GROUP, ROOT, build
+
+pytestmark = pytest.mark.slow
+
+
+def toc_files() -> list[str]:
+    """Every file named in _toc.yml: the root, then chapters and their sections, depth first."""
+
+    def walk(entries):
+        for entry in entries:
+            if "file" in entry:
+                yield entry["file"]
+            yield from walk(entry.get("chapters", []) + entry.get("sections", []))
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [toc["root"], *walk(toc["parts"])]
+
+
+def test_every_exercise_is_in_the_toc_and_on_the_exercises_page():
+    """A new exercise notebook cannot be left out of the book by accident (no build needed)."""
+    in_toc = set(toc_files())
+    page = (ROOT / "book" / "exercises.md").read_text(encoding="utf-8")
+    for notebook in sorted((ROOT / "exercises").glob("*.ipynb")):
+        assert f"exercises/{notebook.stem}" in in_toc, f"{notebook.name} is not in _toc.yml"
+        assert f"{{doc}}`../exercises/{notebook.stem}`" in page, f"{notebook.name} not listed"
+        assert f"<../exercises/{notebook.name}>" in page, f"{notebook.name}: no download link"
+
+
+# `built_book` (tests/conftest.py) is built once per test run and shared with
+# tests/book/test_browser.py.
+
+
+@BOOK_GROUP
+def test_every_page_of_the_toc_is_built(built_book):
+    for name in toc_files():
+        assert (built_book / f"{name}.html").is_file(), f"{name}.html missing"
+
+
+@BOOK_GROUP
+def test_chapters_were_executed_without_errors(built_book):
+    chapter = (built_book / "book" / "layernorm.html").read_text(encoding="utf-8")
+    assert chapter.count("cell_output") > 10, "the chapter's cells produced no outputs"
+    assert "<img" in chapter, "the chapter has no figures"
+    for sign_of_failure in ("Traceback (most recent call last)", "output error"):
+        assert sign_of_failure not in chapter
+
+
+@BOOK_GROUP
+def test_math_is_served_locally(built_book):
+    chapter = (built_book / "book" / "layernorm.html").read_text(encoding="utf-8")
+    assert "_static/mathjax/tex-chtml.js" in chapter
+    assert (built_book / "_static" / "mathjax" / "tex-chtml.js").is_file()
+
+
+@BOOK_GROUP
+def test_exercise_page_offers_its_notebook(built_book):
+    page = (built_book / "book" / "exercises.html").read_text(encoding="utf-8")
+    link = re.search(r'href="([^"]*_downloads/[^"]*layernorm\.ipynb)"', page)
+    assert link, "book/exercises.html has no download link to the exercise notebook"
+    assert (built_book / "book" / link.group(1)).resolve().is_file()
+    assert (built_book / "_sources" / "exercises" / "layernorm.ipynb").is_file()
+
+
+def test_a_failing_chapter_fails_the_build(tmp_path):
+    """The configuration turns an exception in a chapter into a failed build, not a red cell."""
+    shutil.copy(ROOT / "_config.yml", tmp_path / "_config.yml")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: index\n")
+    (tmp_path / "index.md").write_text(
+        "---\njupytext:\n  text_representation:\n    format_name: myst\nkernelspec:\n"
+        "  name: python3\n  display_name: Python 3\n---\n# Broken\n\n"
+        "```{code-cell} ipython3\nraise ValueError('this chapter is broken')\n```\n"
+    )
+    completed = build(tmp_path)
+    assert completed.returncode != 0
+    assert "this chapter is broken" in completed.stdout + completed.stderr

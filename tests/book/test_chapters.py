@@ -1,0 +1,41 @@
+"""Every chapter has the book's shape: what you will learn first, exercises last (no build)."""
+
+import re
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+# Pages of the book that are not chapters: the front page, reference pages, the exercise index.
+NOT_CHAPTERS = {
+    "book/intro", "book/notation", "book/glossary", "book/references", "book/exercises",
+    "book/instructors", "book/claims", "book/check-yourself",
+}  # fmt: skip
+
+
+def chapters() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    files = [c["file"] for part in toc["parts"] for c in part.get("chapters", [])]
+    return [f for f in files if f.startswith("book/") and f not in NOT_CHAPTERS]
+
+
+def test_the_toc_has_the_chapters_and_parts_the_course_promises():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    captions = [part["caption"] for part in toc["parts"]]
+    required = ["Foundations", "Normalization", "Placement", "In practice", "Exercises",
+                "For instructors"]  # fmt: skip
+    assert [c for c in captions if c in required] == required
+    assert len(chapters()) >= 8
+
+
+@pytest.mark.parametrize("chapter", chapters())
+def test_a_chapter_opens_with_what_you_will_learn_and_ends_with_exercises(chapter):
+    text = (ROOT / f"{chapter}.md").read_text(encoding="utf-8")
+    headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)
+    assert headings, f"{chapter} has no sections"
+    assert headings[0] == "What you will learn", f"{chapter} starts with {headings[0]!r}"
+    assert headings[-1] == "Exercises", f"{chapter} ends with {headings[-1]!r}"
+    assert "{doc}`../exercises/" in text.split("## Exercises")[-1] or chapter == "book/models", (
+        f"{chapter}'s exercises section does not link its exercise notebook"
+    )

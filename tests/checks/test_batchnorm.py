@@ -1,0 +1,118 @@
+"""The BatchNorm checks accept the reference and reject each known mistake under its own name."""
+
+import numpy as np
+import pytest
+import torch
+
+from addnorm_lib import checks
+from addnorm_lib.reference import mistakes, norms
+
+
+def test_references_pass(capsys):
+    checks.check_batch_norm(norms.batch_norm)
+    checks.check_batch_norm_backward(norms.batch_norm_backward, seed=2024)
+    assert "✓ batch_norm passed 7 checks" in capsys.readouterr().out
+
+
+def test_the_mistake_builder_without_a_mistake_is_the_reference():
+    """The catalogue's variants differ from the reference only where they say they do."""
+    rng = np.random.default_rng(1)
+    args = (rng.normal(size=(5, 3, 4)), rng.uniform(0.5, 2, 3), rng.normal(size=3),
+            rng.normal(size=3), rng.uniform(0.5, 2, 3))  # fmt: skip
+    for training in (True, False):
+        expected = norms.batch_norm(*args, training, momentum=0.2)
+        built = mistakes.batchnorm._batch_norm_variant()(*args, training, 0.2)
+        for mine, reference in zip(built, expected, strict=True):
+            np.testing.assert_allclose(mine, reference, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("check", "mistake"),
+    [(checks.check_batch_norm, m) for m in mistakes.BATCH_NORM_MISTAKES]
+    + [(checks.check_batch_norm_backward, m) for m in mistakes.BATCH_NORM_BACKWARD_MISTAKES],
+    ids=lambda value: getattr(value, "name", None) or getattr(value, "__name__", ""),
+)
+def test_each_mistake_is_rejected_and_named(check, mistake):
+    with pytest.raises(checks.CheckFailed) as info:
+        check(mistake.compute)
+    assert mistake.diagnosis in str(info.value)
+
+
+def test_a_stub_is_reported_as_not_implemented():
+    def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+        raise NotImplementedError()
+
+    with pytest.raises(checks.CheckFailed, match="batch_norm is not implemented yet"):
+        checks.check_batch_norm(batch_norm)
+
+
+def test_returning_only_y_is_a_clear_error():
+    def batch_norm(*args, **kwargs):
+        return norms.batch_norm(*args, **kwargs)[0]
+
+    with pytest.raises(checks.CheckFailed, match=r"should return a tuple \(y, new_running_mean"):
+        checks.check_batch_norm(batch_norm)
+
+
+def learner_batch_norm_1d(mode_from_grad=False, update_in_eval=False, biased_running=False,
+                          reversed_momentum=False, batch_stats_in_eval=False, count=True,
+                          call_torch=False):  # fmt: skip
+    """A hand-written BatchNorm1d, right unless one flag says otherwise."""
+
+    class BatchNorm1d(torch.nn.Module):
+        def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                     track_running_stats=True):  # fmt: skip
+            super().__init__()
+            self.eps, self.momentum = eps, momentum
+            self.weight = torch.nn.Parameter(torch.ones(num_features))
+            self.bias = torch.nn.Parameter(torch.zeros(num_features))
+            self.register_buffer("running_mean", torch.zeros(num_features))
+            self.register_buffer("running_var", torch.ones(num_features))
+            self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+        def forward(self, x):
+            if call_torch:
+                stats = (self.running_mean, self.running_var)
+                return torch.nn.functional.batch_norm(x, *stats, self.weight, self.bias, True)
+            shape = (1, -1) + (1,) * (x.dim() - 2)
+            axes = (0, *range(2, x.dim()))
+            training = torch.is_grad_enabled() if mode_from_grad else self.training
+            if training or batch_stats_in_eval:
+                mean = x.mean(dim=axes)
+                var = x.var(dim=axes, unbiased=False)
+            else:
+                mean, var = self.running_mean, self.running_var
+            if training or update_in_eval:
+                n = x.numel() // x.shape[1]
+                batch_mean, batch_var = x.mean(dim=axes), x.var(dim=axes, unbiased=False)
+                running = batch_var if biased_running else batch_var * n / (n - 1)
+                m = 1 - self.momentum if reversed_momentum else self.momentum
+                with torch.no_grad():
+                    self.running_mean.mul_(1 - m).add_(m * batch_mean)
+                    self.running_var.mul_(1 - m).add_(m * running)
+                    if count:
+                        self.num_batches_tracked += 1
+            x_hat = (x - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + self.eps)
+            return x_hat * self.weight.reshape(shape) + self.bias.reshape(shape)
+
+    return BatchNorm1d
+
+
+def test_a_hand_written_module_passes():
+    checks.check_batch_norm_module(learner_batch_norm_1d())
+
+
+@pytest.mark.parametrize(("flag", "phrase"), [
+    ("mode_from_grad", "torch.is_grad_enabled()"),
+    ("update_in_eval", "updates the running estimates in eval mode"),
+    ("biased_running", "biased batch variance"),
+    ("reversed_momentum", "momentum points the wrong way"),
+    ("batch_stats_in_eval", "normalized with the batch's own statistics"),
+    ("count", "num_batches_tracked"),
+    ("call_torch", "torch's own normalization function"),
+])  # fmt: skip
+def test_each_module_mistake_is_rejected_and_named(flag, phrase):
+    options = {flag: flag != "count"}  # count=False is the mistake
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_batch_norm_module(learner_batch_norm_1d(**options))
+    assert phrase in str(info.value), str(info.value)

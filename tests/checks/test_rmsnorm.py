@@ -1,0 +1,143 @@
+"""The RMSNorm checks accept the references and reject each known mistake under its own name."""
+
+import numpy as np
+import pytest
+import torch
+
+from addnorm_lib import checks
+from addnorm_lib.reference import mistakes, norms
+from addnorm_lib.reference import modules as nn
+
+
+def test_references_pass(capsys):
+    checks.check_rms_norm(norms.rms_norm)
+    checks.check_rms_norm_backward(norms.rms_norm_backward, seed=2024)
+    checks.check_rms_norm_module(nn.RMSNorm)
+    out = capsys.readouterr().out
+    assert "✓ rms_norm passed 6 checks" in out
+    assert "✓ RMSNorm passed 9 checks" in out
+
+
+def test_the_backward_builder_without_a_mistake_is_the_reference():
+    rng = np.random.default_rng(3)
+    dy, x, weight = rng.normal(size=(2, 3, 5)), rng.normal(size=(2, 3, 5)), rng.uniform(1, 2, 5)
+    built = mistakes.rmsnorm._rms_backward()(dy, x, weight, 0.1)
+    for mine, reference in zip(built, norms.rms_norm_backward(dy, x, weight, 0.1), strict=True):
+        np.testing.assert_allclose(mine, reference, rtol=1e-12)
+
+
+def _with_reference_dx(mistake):
+    """A backward whose dx is the reference wherever the mistake only concerns dweight."""
+
+    def backward(dy, x, weight, eps=1e-6):
+        dx, dweight = mistake.compute(dy, x, weight, eps)
+        return norms.rms_norm_backward(dy, x, weight, eps)[0] if dx is None else dx, dweight
+
+    return backward
+
+
+@pytest.mark.parametrize(
+    ("check", "function", "diagnosis"),
+    [(checks.check_rms_norm, m.compute, m.diagnosis) for m in mistakes.RMS_NORM_MISTAKES]
+    + [(checks.check_rms_norm_backward, _with_reference_dx(m), m.diagnosis)
+       for m in mistakes.RMS_NORM_BACKWARD_MISTAKES],
+    ids=[m.name for m in (*mistakes.RMS_NORM_MISTAKES, *mistakes.RMS_NORM_BACKWARD_MISTAKES)],
+)  # fmt: skip
+def test_each_mistake_is_rejected_and_named(check, function, diagnosis):
+    with pytest.raises(checks.CheckFailed) as info:
+        check(function)
+    assert diagnosis in str(info.value)
+
+
+def test_eps_outside_the_root_is_the_papers_placement():
+    """The mistake the check names is exactly the library's official-code variant."""
+    (mistake,) = [m for m in mistakes.RMS_NORM_MISTAKES if m.name == "eps_outside_root"]
+    assert mistake.compute is norms.rms_norm_eps_outside
+
+
+def _dims(module):
+    return tuple(range(-len(module.normalized_shape), 0))
+
+
+def _eps(module, dtype):
+    return torch.finfo(dtype).eps if module.eps is None else module.eps
+
+
+class NoUpcast(nn.RMSNorm):
+    """Computes half-precision inputs in half precision."""
+
+    def forward(self, x):
+        ms = (x * x).mean(_dims(self), keepdim=True)
+        return x * torch.rsqrt(ms + _eps(self, torch.float32)) * self.weight
+
+
+class HalfEps(nn.RMSNorm):
+    """Upcasts, but takes eps=None as the *input* dtype's eps (float16's is about 1e-3)."""
+
+    def forward(self, x):
+        xf = x.float()
+        ms = (xf * xf).mean(_dims(self), keepdim=True)
+        return (xf * torch.rsqrt(ms + _eps(self, x.dtype)) * self.weight).to(x.dtype)
+
+
+class NoCastBack(nn.RMSNorm):
+    """Upcasts and forgets to cast the result back."""
+
+    def forward(self, x):
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        ms = (xf * xf).mean(_dims(self), keepdim=True)
+        return xf * torch.rsqrt(ms + _eps(self, xf.dtype)) * self.weight
+
+
+class LlamaOrder(nn.RMSNorm):
+    """Right: LLaMA's order, casting back before multiplying by the weight (one more rounding)."""
+
+    def forward(self, x):
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        ms = (xf * xf).mean(_dims(self), keepdim=True)
+        y = (xf * torch.rsqrt(ms + _eps(self, xf.dtype))).to(x.dtype)
+        return y if self.weight is None else y * self.weight
+
+
+class Centered(nn.RMSNorm):
+    def forward(self, x):
+        return super().forward(x - x.mean(-1, keepdim=True))
+
+
+class NoWeight(nn.RMSNorm):
+    def forward(self, x):
+        return nn.rms_norm(x, self.normalized_shape, None, self.eps)
+
+
+class CallsTorch(nn.RMSNorm):
+    def forward(self, x):
+        return torch.nn.functional.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class WithBias(nn.RMSNorm):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.bias = torch.nn.Parameter(torch.zeros(self.normalized_shape))
+
+
+@pytest.mark.parametrize(
+    ("cls", "message"),
+    [
+        (NoUpcast, "matches computing the whole norm in float16"),
+        (HalfEps, "you used torch.finfo(float16).eps"),
+        (NoCastBack, "the output has dtype float32, but the input was float16"),
+        (Centered, "You subtracted the mean"),
+        (NoWeight, "You left out the weight"),
+        (CallsTorch, "calls torch's own normalization function"),
+        (WithBias, "RMSNorm has one parameter, weight (no bias)"),
+    ],
+    ids=lambda value: getattr(value, "__name__", ""),
+)
+def test_module_mistakes_are_rejected_and_named(cls, message):
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_rms_norm_module(cls)
+    assert message in str(info.value)
+
+
+def test_llamas_order_of_rounding_passes():
+    checks.check_rms_norm_module(LlamaOrder)

@@ -1,0 +1,51 @@
+"""Solution notebooks pass under the grader; every graded cell of every released exercise fails."""
+
+import nbformat
+import pytest
+
+from addnorm_lib.authoring import release
+from addnorm_lib.grading import pipeline as grade
+from tests.conftest import EXERCISES, SOLUTIONS
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_solution_has_an_exercise():
+    assert SOLUTIONS, "no solution notebooks found"
+    assert [p.name for p in SOLUTIONS] == [p.name for p in EXERCISES]
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_solution_passes_every_graded_cell(path):
+    result = grade.grade_one(path)
+    assert result.status == "ok", result.reason
+    assert result.cells, f"{path.name} has no graded cells"
+    failures = [
+        f"{c.grade_id}: {c.status} {c.message}" for c in result.cells if c.status != "passed"
+    ]
+    assert not failures, "\n".join(failures)
+    assert result.total == result.max_total > 0
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.name)
+def test_released_stubs_fail_every_graded_cell(path):
+    result = grade.grade_one(path)
+    passing = [cell.grade_id for cell in result.cells if cell.status != "failed"]
+    assert not passing, f"graded cells that do not fail on the stubs: {passing}"
+    assert result.total == 0
+    assert all("not implemented yet" in cell.message for cell in result.cells)
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_solution_is_committed_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or
+             c.execution_count is not None)]  # fmt: skip
+    assert not dirty, f"{path.name}: clear the outputs of cells {dirty}"
+
+
+@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.name)
+def test_exercise_reveals_no_solution_or_hidden_test(path):
+    text = path.read_text(encoding="utf-8")
+    for marker in (release.SOLUTION_BEGIN, release.HIDDEN_BEGIN, release.HIDDEN_END):
+        assert marker not in text

@@ -1,0 +1,144 @@
+"""The placement chapter's experiment tools measure what they say, and its cached sweep is current.
+
+``book/data/warmup_sweep.json`` holds the warm-up sweep that the chapter reads (regenerate it with
+``python -m addnorm_lib.experiments.placement warmup-sweep --out book/data/warmup_sweep.json``).
+Re-running a whole run takes too long for the test suite, so the cache test re-runs the first steps
+of a few runs and compares their training losses with the file: the schedule and the batches do
+not depend on the total number of steps, so the first steps of a shorter run are those of the
+cached one.
+"""
+
+import json
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from addnorm_lib.experiments import plots
+from addnorm_lib.experiments.placement import (
+    SWEEP_CONFIG,
+    PlacementModel,
+    RunSpec,
+    last_ffn_gradient_norm,
+    make_stack,
+    run_spec,
+    stream_norms,
+    sweep_specs,
+    train_placement_model,
+)
+from addnorm_lib.reference.placement import PostLNBlock, PreLNBlock, PreLNStack
+from tests.conftest import ROOT
+
+CACHE = ROOT / "book" / "data" / "warmup_sweep.json"
+PREFIX_STEPS = 100
+
+
+@pytest.fixture(scope="module")
+def cache():
+    return json.loads(CACHE.read_text(encoding="utf-8"))
+
+
+def test_both_placements_draw_the_same_weights():
+    torch.manual_seed(0)
+    post = PlacementModel("post", 7, 5, 3, 16, 2, 24)
+    torch.manual_seed(0)
+    pre = PlacementModel("pre", 7, 5, 3, 16, 2, 24)
+    assert isinstance(pre.stack, PreLNStack) and isinstance(pre.blocks[0], PreLNBlock)
+    assert isinstance(post.blocks[0], PostLNBlock) and len(post.blocks) == 3
+    pre_params = dict(pre.named_parameters())
+    for name, p in post.named_parameters():
+        twin = name.replace("stack.", "stack.layers.", 1)
+        assert torch.equal(p, pre_params[twin]), name
+    assert set(pre_params) - {n.replace("stack.", "stack.layers.", 1)
+                              for n, _ in post.named_parameters()} == {
+        "stack.norm.weight", "stack.norm.bias"}  # fmt: skip
+    with pytest.raises(ValueError):
+        make_stack("middle", 2, 16, 2, 24)
+
+
+def test_last_ffn_gradient_norm_is_the_fc2_gradient():
+    g = last_ffn_gradient_norm("pre", 2, 0, d_model=16, nhead=2, dim_feedforward=24)
+    again = last_ffn_gradient_norm("pre", 2, 0, d_model=16, nhead=2, dim_feedforward=24)
+    assert g == again and g > 0  # seeded
+    # a larger final-norm input (scaled embeddings) gives a smaller gradient in Pre-LN
+    big = last_ffn_gradient_norm("pre", 2, 0, d_model=16, nhead=2, dim_feedforward=24,
+                                 embed_scale=10.0)  # fmt: skip
+    assert big < g / 2
+
+
+def test_stream_norms_start_at_one_and_grow():
+    sizes = stream_norms(6, 0, d_model=32, nhead=2, dim_feedforward=64, batch_size=128)
+    assert sizes.shape == (7,) and abs(sizes[0] - 1) < 0.1
+    assert (np.diff(sizes) > 0).all()
+
+
+def test_warmup_is_linear_then_constant():
+    torch.manual_seed(0)
+    model = PlacementModel("pre", 5, 4, 1, 8, 2, 16)
+    seen = []
+    original = torch.optim.Adam.step
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.param_groups[0]["lr"])
+        return original(self, *args, **kwargs)
+
+    torch.optim.Adam.step = spy
+    try:
+        run = train_placement_model(model, 0, lr=1e-2, warmup=4, steps=6, batch_size=4)
+    finally:
+        torch.optim.Adam.step = original
+    assert np.allclose(seen, [2.5e-3, 5e-3, 7.5e-3, 1e-2, 1e-2, 1e-2])
+    assert len(run["losses"]) == 6 and math.isfinite(run["final_loss"])
+    with pytest.raises(ValueError):
+        train_placement_model(model, 0, lr=1e-3, optimizer="sgd", steps=1)
+
+
+def test_cache_covers_the_sweep_and_matches_the_config(cache):
+    assert cache["config"] == {**SWEEP_CONFIG, "betas": list(SWEEP_CONFIG["betas"])}
+    cached = [RunSpec(r["placement"], r["optimizer"], r["lr"], r["warmup"], r["seed"])
+              for r in cache["runs"]]  # fmt: skip
+    assert cached == sweep_specs()
+    assert "python -m addnorm_lib.experiments.placement warmup-sweep" in cache["command"]
+    for run in cache["runs"]:
+        assert len(run["losses"]) == SWEEP_CONFIG["steps"]
+
+
+RECHECKED = [
+    RunSpec("post", "adam", 3e-3, 0, 0),
+    RunSpec("post", "adam", 3e-3, 100, 1),
+    RunSpec("pre", "radam", 3e-3, 0, 0),
+]
+
+
+@pytest.mark.parametrize("spec", RECHECKED, ids=str)
+def test_cached_runs_are_reproduced(cache, spec):
+    """The first steps of a re-run give the cached training losses (one CPU thread, float32)."""
+    (cached,) = [r for r in cache["runs"] if RunSpec(r["placement"], r["optimizer"], r["lr"],
+                                                     r["warmup"], r["seed"]) == spec]  # fmt: skip
+    threads = torch.get_num_threads()
+    try:
+        now = run_spec(spec, {"steps": PREFIX_STEPS})
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_allclose(now["losses"], cached["losses"][:PREFIX_STEPS], atol=2e-3)
+
+
+@pytest.mark.parametrize("kind", sorted(plots.PLACEMENT_LAYOUTS))
+def test_placement_diagram_draws_every_box(kind):
+    fig, ax = plt.subplots()
+    plots.draw_placement_diagram(ax, kind, title=kind, final_norm=kind == "pre")
+    texts = [t.get_text() for t in ax.texts]
+    for item in plots.PLACEMENT_LAYOUTS[kind]:
+        for name in (item,) if isinstance(item, str) else item:
+            assert name in texts
+    assert texts.count("+") == sum(isinstance(i, tuple) for i in plots.PLACEMENT_LAYOUTS[kind])
+    assert ("final LayerNorm" in texts) == (kind == "pre")
+    plt.close(fig)
+    with pytest.raises(ValueError):
+        plots.draw_placement_diagram(ax, "diagonal")

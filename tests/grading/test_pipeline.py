@@ -1,0 +1,536 @@
+"""The batch grader on broken and hostile submissions: each gets a row and no undeserved points.
+
+One grading run over a folder of generated submissions (module fixture); each test reads its row.
+"""
+
+import contextlib
+import csv
+import itertools
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from addnorm_lib.grading import pipeline as grade
+from tests.conftest import ROOT, run_python
+
+pytestmark = pytest.mark.slow
+
+SOLUTION = ROOT / "solutions" / "layernorm.ipynb"
+EXERCISE = ROOT / "exercises" / "layernorm.ipynb"
+MAX_TOTAL = 10
+GRADER = ("-m", "addnorm_lib.grading.pipeline")
+# Without the jail (no namespaces here), a graded kernel can read the references and write the
+# course itself: the submissions that do so are left out, so the suite never damages its tree.
+JAILED = bool(grade.isolation())
+NEEDS_JAIL = pytest.mark.skipif(
+    not JAILED,
+    reason="needs the grader's jail (Linux namespaces), which this machine does not allow",
+)
+FORWARD, BACKWARD, MODULE = "test_layer_norm", "test_layer_norm_backward", "test_layer_norm_module"
+UNBIASED = "def layer_norm(x, gamma, beta, eps=1e-5):\n    return gamma * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta\n"  # noqa: E501
+
+
+def solution():
+    return nbformat.read(SOLUTION, as_version=4)
+
+
+def cell(nb, grade_id):
+    (found,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id]
+    return found
+
+
+def with_answer(grade_id, source, nb=None):
+    nb = nb or solution()
+    cell(nb, grade_id).source = source
+    return nb
+
+
+def submissions():
+    """name -> notebook (or raw text for files that are not notebooks)."""
+    cases = {
+        "correct": solution(),
+        "stubs": nbformat.read(EXERCISE, as_version=4),
+        "not_json": "this is { not json",
+        "not_a_notebook": '{"hello": "world"}',
+        "same_name/a/layernorm": solution(),
+        "same_name/b/layernorm": with_answer("layer_norm", UNBIASED),
+        "kernelspec": solution(),
+    }
+    cases["kernelspec"].metadata.kernelspec = {"name": "conda-env-elsewhere", "display_name": "x"}
+
+    deleted = solution()
+    deleted.cells.remove(cell(deleted, "layer_norm_module"))
+    cases["answer_deleted"] = deleted
+
+    edited = with_answer("layer_norm", UNBIASED)
+    cell(edited, FORWARD).source = "pass"
+    cell(edited, FORWARD).metadata["nbgrader"]["points"] = 100
+    cases["test_edited"] = edited
+
+    removed = with_answer("layer_norm", UNBIASED)
+    removed.cells = [c for c in removed.cells if not c.metadata.get("nbgrader", {}).get("grade")]
+    cases["tests_deleted"] = removed
+
+    renamed = solution()
+    cell(renamed, BACKWARD).metadata["nbgrader"].update(points=50, grade_id="free_points")
+    cases["metadata_edited"] = renamed
+
+    markers = with_answer("layer_norm", "# NBVAL_SKIP\n# NBVAL_RAISES_EXCEPTION\n" + UNBIASED)
+    cell(markers, FORWARD).metadata["tags"] = ["nbval-skip", "raises-exception"]
+    cell(markers, FORWARD).source = "# NBVAL_SKIP\n" + cell(markers, FORWARD).source
+    cases["nbval_markers"] = markers
+
+    cases["infinite_loop"] = with_answer(
+        "layer_norm", "def layer_norm(x, gamma, beta, eps=1e-5):\n    while True:\n        pass\n"
+    )
+    cases["os_exit"] = with_answer("layer_norm_module", "import os\nos._exit(3)\n")
+    cases["sys_exit"] = with_answer("layer_norm", "import sys\nsys.exit(0)\n")
+    cases["huge_output"] = with_answer(
+        "layer_norm", cell(solution(), "layer_norm").source + "\nprint('x' * 50_000_000)\n"
+    )
+    cases["memory_blowup"] = with_answer(
+        "layer_norm", "hog = np.ones((40_000, 40_000))\n" + cell(solution(), "layer_norm").source
+    )
+    cases["input"] = with_answer("layer_norm", "name = input('your name? ')\n")
+    cases["stderr_warnings"] = with_answer(
+        "layer_norm",
+        cell(solution(), "layer_norm").source
+        + (
+            "\nimport sys, warnings\nwarnings.warn('a harmless warning')\n"
+            "print('noise on stderr', file=sys.stderr)\n"
+        ),
+    )
+    no_metadata = solution()
+    del no_metadata.metadata["addnorm"]
+    cases["hw3_layernorm_final"] = no_metadata
+
+    cases["monkeypatch"] = with_answer(
+        "layer_norm",
+        UNBIASED
+        + (
+            "np.testing.assert_allclose = lambda *a, **k: None\n"
+            "np.allclose = lambda *a, **k: True\n"
+            "import addnorm_lib.checks as c\n"
+            "import addnorm_lib.checks._core as core\n"
+            "c.check_layer_norm = lambda *a, **k: print('all good')\n"
+            "core.compare = lambda *a, **k: None\n"
+        ),
+    )
+    cases["forged_record"] = with_answer(
+        "layer_norm",
+        UNBIASED
+        + (
+            "import os, numpy\n"
+            "import addnorm_lib.checks as c\n"
+            "folder = os.environ.get('ADDNORM_OBSERVATIONS', '.')\n"
+            "numpy.savez(os.path.join(folder, 'check_layer_norm-seed0.npz'), __meta__=numpy.array('{}'))\n"  # noqa: E501
+            "c.check_layer_norm = lambda *a, **k: None\n"
+        ),
+    )
+    residuals = nbformat.read(ROOT / "solutions" / "residuals.ipynb", as_version=4)
+    cases["residuals_correct"] = residuals
+    if JAILED:
+        cases |= jailbreaks()
+    return cases
+
+
+def jailbreaks():
+    """name -> notebook: submissions that only the jail stops (they read or write the course)."""
+    cases = {}
+    cases["writes_files"] = with_answer(
+        "layer_norm",
+        UNBIASED
+        + (
+            "import pathlib\n"
+            f"for target in [{str(ROOT / 'HACKED')!r},\n"
+            f"               {str(ROOT / 'addnorm_lib' / 'grade.py')!r}]:\n"
+            "    try:\n"
+            "        pathlib.Path(target).write_text('hacked')\n"
+            "    except OSError:\n"
+            "        pass\n"
+        ),
+    )
+    cases["imports_reference"] = with_answer(
+        "layer_norm", "from addnorm_lib.reference.norms import layer_norm\n"
+    )
+    cases["reads_solutions"] = with_answer(
+        "layer_norm",
+        (
+            "import json\n"
+            f"nb = json.load(open({str(SOLUTION)!r}))\n"
+            "exec(''.join(c for c in nb['cells'] if 'def layer_norm(' in ''.join(c['source']))"
+            "['source'])\n"
+        ),
+    )
+    cases["residuals_imports_reference"] = with_answer(
+        "blocks",
+        "from addnorm_lib.reference.residuals import plain_block, residual_block\n",
+        nbformat.read(ROOT / "solutions" / "residuals.ipynb", as_version=4),
+    )
+    cases["deepnorm_imports_reference"] = with_answer(
+        "deepnorm_residual",
+        "from addnorm_lib.reference.deepnorm import deepnorm_residual\n",
+        nbformat.read(ROOT / "solutions" / "deepnorm.ipynb", as_version=4),
+    )
+    return cases
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("submissions")
+    for name, content in submissions().items():
+        path = folder / f"{name}.ipynb"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, str):
+            path.write_text(content)
+        else:
+            nbformat.write(content, path)
+    (folder / "unrelated_homework.ipynb").write_text(nbformat.writes(solution()).replace(
+        '"assignment": "layernorm"', '"assignment": "other"'))  # fmt: skip
+    out = tmp_path_factory.mktemp("out")
+    start = time.monotonic()
+    options = ["--jobs", 2, "--timeout", 20, "--memory-mb", 2048]
+    completed = run_python(*GRADER, folder, "--out", out, *options)
+    seconds = time.monotonic() - start
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = {row["submission"]: row for row in csv.DictReader((out / "grades.csv").open())}
+    details = {g["submission"]: g for g in json.loads((out / "grades.json").read_text())["grades"]}
+    return {"rows": rows, "details": details, "out": out, "folder": folder, "seconds": seconds,
+            "stdout": completed.stdout}  # fmt: skip
+
+
+def row(graded, name):
+    return graded["rows"][f"{name}.ipynb"]
+
+
+def points(graded, name):
+    found = row(graded, name)
+    return {test: float(found[test]) for test in (FORWARD, BACKWARD, MODULE)}
+
+
+def message(graded, name, grade_id):
+    (found,) = [c for c in graded["details"][f"{name}.ipynb"]["cells"] if c["grade_id"] == grade_id]
+    return found["message"]
+
+
+def test_every_submission_has_a_row(graded):
+    expected = {f"{name}.ipynb" for name in submissions()} | {"unrelated_homework.ipynb"}
+    assert set(graded["rows"]) == expected
+    assert set(graded["rows"]["correct.ipynb"]) >= {"submission", "assignment", "status", FORWARD,
+                                                    "total", "max_total"}  # fmt: skip
+
+
+@pytest.mark.skipif(not grade.isolation(), reason="warm kernels need namespaces")
+def test_every_notebook_ran_in_a_warm_kernel(graded):
+    executed = [r for r in graded["rows"].values()
+                if r["status"] not in ("malformed", "unknown_assignment")]  # fmt: skip
+    assert f"; {len(executed)} warm kernels;" in graded["stdout"], graded["stdout"]
+
+
+def test_correct_submission_gets_every_point(graded):
+    assert row(graded, "correct")["status"] == "ok"
+    assert float(row(graded, "correct")["total"]) == MAX_TOTAL
+
+
+def test_stubs_get_nothing(graded):
+    assert row(graded, "stubs")["status"] == "ok" and float(row(graded, "stubs")["total"]) == 0
+
+
+@pytest.mark.parametrize("name", ["not_json", "not_a_notebook"])
+def test_malformed_files(graded, name):
+    assert row(graded, name)["status"] == "malformed"
+    assert "not a valid notebook" in graded["details"][f"{name}.ipynb"]["reason"]
+
+
+def test_unknown_assignment(graded):
+    assert row(graded, "unrelated_homework")["status"] == "unknown_assignment"
+
+
+def test_same_file_name_in_two_folders(graded):
+    assert float(row(graded, "same_name/a/layernorm")["total"]) == MAX_TOTAL
+    assert points(graded, "same_name/b/layernorm")[FORWARD] == 0
+    assert "unbiased variance" in message(graded, "same_name/b/layernorm", FORWARD)
+
+
+def test_other_kernelspec_is_ignored(graded):
+    assert float(row(graded, "kernelspec")["total"]) == MAX_TOTAL
+
+
+def test_deleted_answer_cell_is_graded_as_unanswered(graded):
+    assert points(graded, "answer_deleted") == {FORWARD: 3, BACKWARD: 3, MODULE: 0}
+    assert any("missing" in n for n in graded["details"]["answer_deleted.ipynb"]["notes"])
+
+
+TAMPERING = ["test_edited", "tests_deleted", "nbval_markers", "monkeypatch", "forged_record"]
+
+
+@pytest.mark.parametrize("name", [*TAMPERING, pytest.param("writes_files", marks=NEEDS_JAIL)])
+def test_tampering_earns_nothing(graded, name):
+    assert points(graded, name)[FORWARD] == 0, message(graded, name, FORWARD)
+    assert row(graded, name)["max_total"] == str(MAX_TOTAL)
+
+
+def test_edited_metadata_changes_no_points(graded):
+    assert row(graded, "metadata_edited")["max_total"] == str(MAX_TOTAL)
+    assert float(row(graded, "metadata_edited")["total"]) == MAX_TOTAL
+    assert "free_points" not in graded["rows"]["metadata_edited.ipynb"]
+
+
+def test_a_timeout_does_not_hide_the_other_cells(graded):
+    assert row(graded, "infinite_loop")["status"] == "timeout"
+    assert "Timeout" in message(graded, "infinite_loop", FORWARD)
+    assert points(graded, "infinite_loop") == {FORWARD: 0, BACKWARD: 3, MODULE: 4}
+
+
+def test_a_dead_kernel_is_detected_quickly(graded):
+    assert row(graded, "os_exit")["status"] == "kernel_died"
+    seconds = {
+        name: graded["details"][f"{name}.ipynb"]["seconds"] for name in ("os_exit", "correct")
+    }
+    assert seconds["os_exit"] < seconds["correct"] + 10, seconds  # not a 20 s cell timeout
+    assert points(graded, "os_exit")[FORWARD] == 3  # graded before the kernel died
+
+
+@pytest.mark.parametrize("name", ["sys_exit", "input"])
+def test_exits_and_input_lose_only_their_exercise(graded, name):
+    assert points(graded, name) == {FORWARD: 0, BACKWARD: 3, MODULE: 4}
+
+
+def test_warnings_on_stderr_cost_nothing(graded):
+    assert float(row(graded, "stderr_warnings")["total"]) == MAX_TOTAL
+
+
+def test_the_file_name_names_the_assignment_when_metadata_does_not(graded):
+    assert row(graded, "hw3_layernorm_final")["assignment"] == "layernorm"
+    assert float(row(graded, "hw3_layernorm_final")["total"]) == MAX_TOTAL
+
+
+def test_the_notebook_wall_clock_limit_stops_a_submission_and_its_kernel(tmp_path):
+    loop = with_answer("layer_norm", "while True:\n    pass\n")
+    nbformat.write(loop, tmp_path / "layernorm.ipynb")
+    # A long TMPDIR (longer than a socket path may be) must not break grading either.
+    temporary = tmp_path / ("a-long-temporary-folder-" * 4)
+    temporary.mkdir()
+    limits = ["--out", tmp_path / "out", "--timeout", 60, "--notebook-timeout", 8]
+    env = {**os.environ, "TMPDIR": str(temporary)}  # this run's processes carry it
+    completed = run_python(*GRADER, tmp_path / "layernorm.ipynb", *limits, env=env)
+    assert completed.returncode == 0, completed.stderr
+    (found,) = json.loads((tmp_path / "out" / "grades.json").read_text())["grades"]
+    assert found["status"] == "timeout" and "wall-clock" in found["reason"]
+    assert found["seconds"] < 30
+    marker = str(temporary).encode()
+    survivors = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and marker in (entry / "environ").read_bytes():
+                survivors.append(entry.name)
+    assert not survivors, f"processes of the graded notebook left running: {survivors}"
+
+
+def test_huge_output_is_survived_and_truncated(graded):
+    assert float(row(graded, "huge_output")["total"]) == MAX_TOTAL
+    feedback = graded["out"] / "feedback" / "huge_output.ipynb.html"
+    assert feedback.stat().st_size < 100_000
+
+
+def test_memory_blowup_is_capped(graded):
+    assert points(graded, "memory_blowup")[FORWARD] == 0
+    assert points(graded, "memory_blowup")[BACKWARD] == 3
+
+
+@NEEDS_JAIL
+def test_reference_solutions_are_not_reachable(graded):
+    for name in ("imports_reference", "reads_solutions"):
+        assert points(graded, name)[FORWARD] == 0, message(graded, name, FORWARD)
+    assert "NameError" in message(graded, "imports_reference", FORWARD)
+
+
+def test_a_second_assignment_in_the_same_folder(graded):
+    found = row(graded, "residuals_correct")
+    assert (found["assignment"], found["total"], found["max_total"]) == ("residuals", "8", "8")
+    assert found[FORWARD] == "" and row(graded, "correct")["test_blocks"] == ""
+
+
+@NEEDS_JAIL
+def test_every_assignments_reference_is_hidden(graded):
+    stolen = row(graded, "residuals_imports_reference")
+    assert stolen["test_blocks"] == "0" and stolen["test_blocks_backward"] == "4"
+    deepnorm = row(graded, "deepnorm_imports_reference")  # the DeepNorm reference is hidden too
+    assert (deepnorm["test_deepnorm_residual"], deepnorm["test_deepnorm_init"]) == ("0", "2")
+
+
+@NEEDS_JAIL
+def test_files_written_by_a_submission_change_nothing(graded):
+    assert not (ROOT / "HACKED").exists()
+    assert "hacked" not in (ROOT / "addnorm_lib" / "grade.py").read_text()[:100]
+
+
+def test_feedback_names_hidden_tests_but_hides_their_code(graded):
+    page = (graded["out"] / "feedback" / "same_name__b__layernorm.ipynb.html").read_text()
+    assert "includes hidden tests" in page and "unbiased variance" in page
+    assert "seed=2024" not in page and "BEGIN HIDDEN" not in page and "\x1b[" not in page
+
+
+def test_resume_skips_graded_submissions(graded):
+    completed = run_python(*GRADER, graded["folder"], "--out", graded["out"], "--resume")
+    assert completed.returncode == 0
+    # Each graded submission prints "[k/n] name: status" on stderr: none was graded again.
+    assert not re.search(r"^\[\d+/\d+\]", completed.stderr, re.MULTILINE), completed.stderr
+    assert f"graded {len(graded['rows'])} submissions" in completed.stdout
+    rows = {r["submission"]: r for r in csv.DictReader((graded["out"] / "grades.csv").open())}
+    assert rows == graded["rows"]
+
+
+def test_a_learner_grades_one_notebook_and_sees_a_table(tmp_path):
+    completed = run_python(*GRADER, EXERCISE, "--out", tmp_path)
+    assert completed.returncode == 0
+    assert "total" in completed.stdout and "0/10" in completed.stdout
+
+
+def test_an_empty_folder_is_reported(tmp_path):
+    (tmp_path / "empty").mkdir()
+    completed = run_python(*GRADER, tmp_path / "empty", "--out", tmp_path / "out")
+    assert completed.returncode == 0 and "no notebooks found" in completed.stderr
+    assert (tmp_path / "out" / "grades.csv").read_text().startswith("submission,")
+
+
+def test_a_missing_path_is_an_error(tmp_path):
+    completed = run_python(*GRADER, tmp_path / "nowhere", "--out", tmp_path / "out")
+    assert completed.returncode == 2 and "no such file" in completed.stderr
+
+
+def test_checks_called_by_a_test_cell_are_found():
+    assignment = grade.load_assignment(SOLUTION)
+    forward = next(t for t in assignment.tests if t.grade_id == FORWARD)
+    assert forward.checks == (("check_layer_norm", 0), ("check_layer_norm", 2024))
+    assert forward.hidden
+
+
+def test_without_namespaces_grading_still_works(monkeypatch):
+    """Where namespaces are not allowed there is no jail, but the grades are the same."""
+    monkeypatch.setattr(grade, "isolation", lambda: [])
+    kernel = [sys.executable, "-m", "addnorm_lib.grading._graded_kernel"]
+    assert grade.kernel_argv(ROOT)[:3] == kernel
+    result = grade.grade_one(SOLUTION)
+    assert result.status == "ok" and result.total == MAX_TOTAL
+    stubs = grade.grade_one(EXERCISE)
+    assert stubs.status == "ok" and stubs.total == 0
+
+
+AS_NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+def as_nobody(python: str, folder: Path, *args) -> subprocess.CompletedProcess:
+    """``python *args`` as the user nobody, in ``folder``, with HOME there.
+
+    The one form in which the test runs the grader and in which its probe runs Python: a probe
+    that runs anything else (another command line, another folder) proves nothing about the test.
+    """
+    command = [*AS_NOBODY, "env", f"HOME={folder}", python, *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, check=False, cwd=folder)
+
+
+PROBE = ("-c", "import pathlib, addnorm_lib.grading; pathlib.Path('probe').write_text('ok')")
+
+
+def bridged_pythons(folder: Path):
+    """Pythons nobody may be able to run, with this environment's packages, to probe in turn.
+
+    The suite's interpreter often lives where nobody may not go (pyenv's under /root, mode
+    0700). A system Python of the same version, in a fresh virtual environment whose .pth file
+    adds this environment's site-packages, runs the same packages (and this course) as nobody.
+    """
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    bases = [shutil.which(version), f"/usr/bin/{version}", f"/usr/local/bin/{version}"]
+    ours = sysconfig.get_paths()["purelib"]
+    for n, base in enumerate(dict.fromkeys(b for b in bases if b and os.access(b, os.X_OK))):
+        venv = folder / f"python-{n}"
+        created = subprocess.run(
+            [base, "-m", "venv", "--without-pip", str(venv)], capture_output=True, check=False
+        )
+        python = venv / "bin" / "python"
+        if created.returncode == 0:
+            where = [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+            site = subprocess.run(where, capture_output=True, text=True, check=True).stdout
+            Path(site.strip(), "addnorm-suite.pth").write_text(
+                f"import site; site.addsitedir({ours!r})\n"
+            )
+            yield str(python)
+
+
+@pytest.fixture
+def nobody_folder():
+    """(python, folder): a folder nobody can write and a Python nobody can run, both probed."""
+    if os.getuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root (to switch to the user nobody) and setpriv")
+    namespaces = subprocess.run(
+        [*AS_NOBODY, "unshare", "--user", "--map-root-user", "--mount", "true"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if namespaces.returncode != 0:
+        pytest.skip(f"this machine gives unprivileged users no namespaces: {namespaces.stderr}")
+    folder = Path(tempfile.mkdtemp(prefix="addnorm-nobody-"))
+    folder.chmod(0o777)
+    try:
+        tried = []
+        for python in itertools.chain([sys.executable], bridged_pythons(folder)):
+            probe = as_nobody(python, folder, *PROBE)
+            if probe.returncode == 0 and (folder / "probe").read_text() == "ok":
+                yield python, folder
+                return
+            tried.append(f"{python}: {probe.stderr.strip()[-300:]}")
+        pytest.skip(
+            "no Python that nobody can run here, or no folder nobody can write: " + "; ".join(tried)
+        )
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_unprivileged_instructor_gets_the_same_jail(nobody_folder):
+    """Without root the jail is built in user namespaces: the references are still out of reach."""
+    python, folder = nobody_folder
+    submitted = folder / "submissions"
+    submitted.mkdir(mode=0o777)
+    stolen = jailbreaks()
+    cases = {name: stolen[name] for name in ("imports_reference", "reads_solutions")}
+    cases["correct"] = solution()
+    for name, nb in cases.items():
+        nbformat.write(nb, submitted / f"{name}.ipynb")
+    completed = as_nobody(python, folder, *GRADER, submitted, "--out", folder / "out", "--jobs", 2)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    report = json.loads((folder / "out" / "grades.json").read_text())
+    totals = {g["submission"]: g["total"] for g in report["grades"]}
+    assert report["isolated"] and "3 warm kernels" in completed.stdout
+    assert totals == {
+        "correct.ipynb": MAX_TOTAL,
+        "imports_reference.ipynb": 7,
+        "reads_solutions.ipynb": 7,
+    }
+
+
+def test_a_long_tmpdir_still_grades_in_warm_kernels(tmp_path):
+    """Sockets (the fork server's, the zygote's) cannot have paths over 107 bytes."""
+    temporary = tmp_path / ("a-long-temporary-folder-" * 4)
+    temporary.mkdir()
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    for name in ("ada", "bo"):
+        shutil.copy(ROOT / "solutions" / "deepnorm.ipynb", folder / f"{name}.ipynb")
+    completed = run_python(
+        *GRADER, folder, "--out", tmp_path / "out", env={**os.environ, "TMPDIR": str(temporary)}
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "2 ok" in completed.stdout, completed.stdout
+    assert ("2 warm kernels" in completed.stdout) == JAILED, completed.stdout
