@@ -77,10 +77,12 @@ def manual_step(needs: list[SystemNeed]) -> str:
 
 
 def can_install(is_root: bool, which: Callable = shutil.which) -> bool:
+    """Whether this process may install packages itself: it is root and apt-get exists."""
     return is_root and which("apt-get") is not None
 
 
 def apt_get_commands(names: list[str]) -> list[list[str]]:
+    """The apt-get commands that install the Debian packages ``names``."""
     return [["apt-get", "update"], ["apt-get", "install", "-y", *names]]
 
 
@@ -132,6 +134,7 @@ def provision(
 
 
 def main(argv=None) -> int:
+    """``python -m addnorm_lib._provision [--dry-run]``: see the module docstring; exit status."""
     parser = argparse.ArgumentParser(description="Install the system packages the suite needs.")
     parser.add_argument("--dry-run", action="store_true", help="say what would be installed")
     args = parser.parse_args(argv)

@@ -1,5 +1,8 @@
-"""Alias kept for pages and habits that say ``python -m addnorm_lib.grade``: see
-:mod:`addnorm_lib.grading`."""
+"""An alias of :mod:`addnorm_lib.grading`, the grader.
+
+Kept for the pages and habits that say ``python -m addnorm_lib.grade``; new code runs
+``python -m addnorm_lib.grading``.
+"""
 
 import sys
 

@@ -27,7 +27,7 @@ import nbclient
 import nbformat
 
 from addnorm_lib.checks._record import OBSERVATIONS_ENV
-from addnorm_lib.grading import pipeline as grade
+from addnorm_lib.grading import assemble
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTION = ROOT / "solutions" / "layernorm.ipynb"
@@ -57,10 +57,10 @@ def make_submissions(folder: Path, count: int) -> list[Path]:
 
 
 def graded_notebooks(submissions: list[Path], folder: Path) -> list[Path]:
-    assignment = grade.load_assignment(SOLUTION)
+    assignment = assemble.load_assignment(SOLUTION)
     paths = []
     for path in submissions:
-        graded, _ = grade.assemble(assignment, nbformat.read(path, as_version=4))
+        graded, _ = assemble.assemble(assignment, nbformat.read(path, as_version=4))
         target = folder / path.name
         nbformat.write(graded, target)
         paths.append(target)
@@ -105,13 +105,40 @@ def main(argv=None) -> int:
         os.environ[OBSERVATIONS_ENV] = str(tmp / "observations")  # checks record, as when graded
         seconds = {
             "floor (nbclient)": timed(lambda: floor(graded, args.jobs)),
-            "grader": timed(lambda: subprocess.run(
-                [sys.executable, "-m", "addnorm_lib.grading", str(tmp / "submissions"), "--out",
-                 str(tmp / "out"), "--jobs", str(args.jobs)], check=True, capture_output=True)),
-            "sequential pytest --nbval-lax": timed(lambda: subprocess.run(
-                [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-q",
-                 "-p", "no:cacheprovider", *map(str, graded)], cwd=tmp, capture_output=True)),
-        }  # fmt: skip
+            "grader": timed(
+                lambda: subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "addnorm_lib.grading",
+                        str(tmp / "submissions"),
+                        "--out",
+                        str(tmp / "out"),
+                        "--jobs",
+                        str(args.jobs),
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
+            ),
+            "sequential pytest --nbval-lax": timed(
+                lambda: subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pytest",
+                        "--nbval-lax",
+                        "--nbval-current-env",
+                        "-q",
+                        "-p",
+                        "no:cacheprovider",
+                        *map(str, graded),
+                    ],
+                    cwd=tmp,
+                    capture_output=True,
+                )
+            ),
+        }
         rows = json.loads((tmp / "out" / "grades.json").read_text())["grades"]
     floor_s, grader_s = seconds["floor (nbclient)"], seconds["grader"]
     baseline_s = seconds["sequential pytest --nbval-lax"]

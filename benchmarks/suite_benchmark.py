@@ -6,7 +6,7 @@
 judged
     three ways: in the test process (tests/inprocess.py, as the suite grades most of them now),
     through the grader in one batch with ``--jobs 2`` (as the suite grades one per assignment),
-    and through the grader one notebook at a time (``grade.grade_one``, as the suite graded every
+    and through the grader one notebook at a time (``pipeline.grade_one``, as the suite graded every
     mutant before). Prints seconds per mutant and the ratios.
 (b) ``--suite``: the whole suite as ``make test`` runs it (``pytest -n auto --dist loadgroup``),
     timed, with the summed test durations of each xdist group (the book build and browser tests,
@@ -27,7 +27,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from addnorm_lib.grading import pipeline as grade  # noqa: E402
+from addnorm_lib.grading.pipeline import grade_one  # noqa: E402
 from tests.conftest import FIXTURE_GROUPS, run_python  # noqa: E402
 from tests.exercises.test_mutants import MUTANTS, THROUGH_THE_GRADER, mutated  # noqa: E402
 from tests.inprocess import grade_in_process  # noqa: E402
@@ -64,7 +64,7 @@ def grade_each(mutants: list, folder: Path) -> None:
         path = folder / f"one{n}" / f"{mutant.assignment}.ipynb"
         path.parent.mkdir()
         nbformat.write(mutated(mutant), path)
-        grade.grade_one(path)
+        grade_one(path)
 
 
 def mutant_figures(count: int) -> dict:

@@ -3,9 +3,9 @@ executed here instead of in a jailed kernel under nbval.
 
 The mutation tests grade dozens of wrong answers. Through the real grader each costs a kernel
 (about two seconds of CPU); here it costs the checks alone. Only the executor differs:
-:func:`grade.assemble` builds the graded notebook, the cells run in order in one namespace as
+:func:`assemble.assemble` builds the graded notebook, the cells run in order in one namespace as
 ``nbval --nbval-lax`` runs them (a failing cell fails, the next still runs), the checks record
-their observations in a folder, and :func:`grade.judge` decides the points from those records.
+their observations in a folder, and :func:`judge.judge` decides the points from those records.
 tests/exercises/test_mutants.py grades one mutant per assignment both ways and requires the same
 result.
 Nothing here is safe against hostile code: it is for the course's own mutants only.
@@ -24,7 +24,8 @@ from unittest import mock
 import nbformat
 
 from addnorm_lib.checks import _record as record
-from addnorm_lib.grading import pipeline as grade
+from addnorm_lib.grading import assemble, judge
+from addnorm_lib.grading.settings import COURSE_ROOT
 
 
 @contextlib.contextmanager
@@ -68,19 +69,19 @@ def run_cells(nb: nbformat.NotebookNode) -> list[dict]:
 
 
 @functools.cache
-def load_assignment(name: str) -> grade.Assignment:
+def load_assignment(name: str) -> assemble.Assignment:
     """The instructor's notebook of assignment ``name``, read once (assemble and judge copy it)."""
-    return grade.load_assignment(grade.COURSE_ROOT / "solutions" / f"{name}.ipynb")
+    return assemble.load_assignment(COURSE_ROOT / "solutions" / f"{name}.ipynb")
 
 
-def grade_in_process(nb: nbformat.NotebookNode, assignment_name: str) -> grade.Grade:
+def grade_in_process(nb: nbformat.NotebookNode, assignment_name: str) -> judge.Grade:
     """The grade of submission ``nb``, judged as the grader judges, executed in this process."""
     assignment = load_assignment(assignment_name)
-    graded, notes = grade.assemble(assignment, nb)
+    graded, notes = assemble.assemble(assignment, nb)
     with observations_folder() as observations:
         records = run_cells(graded)
-        cells = grade.judge(assignment, records, observations, cell_timeout=0.0)
-    status, reason = grade.notebook_status(records, False, cells)
-    return grade.Grade(
+        cells = judge.judge(assignment, records, observations, cell_timeout=0.0)
+    status, reason = judge.notebook_status(records, False, cells)
+    return judge.Grade(
         "in-process", assignment.name, status, reason, cells, assignment.max_total, notes
     )

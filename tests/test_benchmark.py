@@ -17,8 +17,11 @@ def test_benchmark_measures_all_three_runs(tmp_path):
     assert completed.returncode == 0, completed.stderr[-2000:]
     figures = json.loads(result.read_text())
     assert figures["graded"] == 3
-    assert set(figures["seconds"]) == {"floor (nbclient)", "grader",
-                                       "sequential pytest --nbval-lax"}  # fmt: skip
+    assert set(figures["seconds"]) == {
+        "floor (nbclient)",
+        "grader",
+        "sequential pytest --nbval-lax",
+    }
     assert all(seconds > 0 for seconds in figures["seconds"].values())
     assert "grader / floor" in completed.stdout
 

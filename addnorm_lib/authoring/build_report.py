@@ -4,8 +4,8 @@
 ``_build/.jupyter_cache`` with its execution time; a chapter whose code did not change since the
 last build is taken from the cache and not executed again. The table says which is which:
 
-    python -m addnorm_lib.authoring.build_report [--cache _build/.jupyter_cache] [--since
-    EPOCH_SECONDS]
+    python -m addnorm_lib.authoring.build_report [--cache _build/.jupyter_cache]
+        [--since EPOCH_SECONDS]
 
 ``--since`` is when the build started: chapters executed after it are this build's.
 """
@@ -80,6 +80,7 @@ def format_table(rows: list[ChapterTime]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print the chapter table for ``--cache`` (and ``--since``); exit status 0."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     parser.add_argument("--since", type=float, default=None, help="the build's start, epoch s")

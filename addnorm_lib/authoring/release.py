@@ -12,10 +12,8 @@ instructor who runs nbgrader can use them unchanged:
 
 Usage::
 
-    python -m addnorm_lib.authoring.release            # writes exercises/<name>.ipynb for every
-    solution
-    python -m addnorm_lib.authoring.release --check    # exit 1 if exercises/ is not what it would
-    write
+    python -m addnorm_lib.authoring.release          # writes exercises/<name>.ipynb per solution
+    python -m addnorm_lib.authoring.release --check  # exit 1 if exercises/ is out of date
 """
 
 import argparse
@@ -141,6 +139,10 @@ def exercise_text(solution_path: Path) -> str:
 
 
 def main(argv=None) -> int:
+    """Write ``exercises/`` from ``solutions/``, or with ``--check`` only report stale ones.
+
+    Exit status 0, 1 when ``--check`` finds stale exercises, 2 for unreadable or invalid solutions.
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--solutions", type=Path, default=Path("solutions"))
     parser.add_argument("--exercises", type=Path, default=Path("exercises"))

@@ -27,13 +27,17 @@ from pathlib import Path
 REGISTRY = "https://registry.npmjs.org"
 # package folder -> (tarball path on the registry, sha256 of the tarball, files to keep)
 PACKAGES = {
-    "requirejs": ("requirejs/-/requirejs-2.3.4.tgz",
-                  "583693b373f6ab0528ea6644fab5cdb5822011c9b5b1ff1615590d5f2f473dcd",
-                  ("package/require.js",)),
-    "html-manager": ("@jupyter-widgets/html-manager/-/html-manager-1.0.6.tgz",
-                     "6c198ceb99ba7e7526990a1de16e8147ad7d3a714e3fb06741183623c04b5f6e",
-                     ("package/dist/", "package/LICENSE")),
-}  # fmt: skip
+    "requirejs": (
+        "requirejs/-/requirejs-2.3.4.tgz",
+        "583693b373f6ab0528ea6644fab5cdb5822011c9b5b1ff1615590d5f2f473dcd",
+        ("package/require.js",),
+    ),
+    "html-manager": (
+        "@jupyter-widgets/html-manager/-/html-manager-1.0.6.tgz",
+        "6c198ceb99ba7e7526990a1de16e8147ad7d3a714e3fb06741183623c04b5f6e",
+        ("package/dist/", "package/LICENSE"),
+    ),
+}
 # The other two bundles of html-manager (plain script and library builds) are never loaded.
 UNUSED = ("package/dist/embed.js", "package/dist/libembed-amd.js")
 CONFIG_JS = """\
@@ -107,6 +111,7 @@ def fetch(dest: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Fetch the widget bundles into ``--dest`` unless its stamp file is there; exit status 0."""
     parser = argparse.ArgumentParser(description="Fetch require.js and html-manager for the book.")
     parser.add_argument("--dest", type=Path, default=Path("_vendor") / "widgets")
     args = parser.parse_args(argv)

@@ -3,8 +3,7 @@
 A checker runs a learner's function on a sequence of :class:`Case` inputs and raises
 :class:`CheckFailed` at the first problem, with a message written for the learner: which input,
 what is wrong, and (when the result matches an entry of :mod:`addnorm_lib.reference.mistakes`) what
-they
-probably did and how to fix it.
+they probably did and how to fix it.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ class Case:
         description: how the message names this input, e.g. "a 3-D (B, T, C) float64 input".
         args: positional arguments of the function under check.
         kwargs: keyword arguments of the function under check.
-        hint: said when this case fails and no known mistake matches (what this case probes).
+        hint: said when this case fails and no known mistake matches (what this case tests).
         atol, rtol: tolerance of the comparison with the reference.
     """
 
@@ -50,10 +49,12 @@ def fail(message: str, *, cause: BaseException | None = None):
 
 
 def shape_of(value) -> str:
+    """``value``'s shape as a string, e.g. ``"(4, 6)"``, or its type's name if it has none."""
     return str(tuple(value.shape)) if hasattr(value, "shape") else type(value).__name__
 
 
 def describe_args(args: Sequence) -> str:
+    """The arguments for a message: arrays as shape and dtype, anything else as its repr."""
     return ", ".join(f"{shape_of(a)} {a.dtype}" if hasattr(a, "dtype") else repr(a) for a in args)
 
 
@@ -108,8 +109,10 @@ def observe(fn: Callable, args: Sequence, kwargs: dict, arg_names: Sequence[str]
     return Observation(plain(value), type(value).__name__, mutated=mutated)
 
 
-def probe_cases(fn: Callable, cases: Sequence[Case], arg_names: Sequence[str]) -> list[Observation]:
-    """Observe ``fn`` on every case (the probe half of a check)."""
+def observe_cases(
+    fn: Callable, cases: Sequence[Case], arg_names: Sequence[str]
+) -> list[Observation]:
+    """Observe ``fn`` on every case (the observing half of a check): one Observation per case."""
     return [observe(fn, case.args, case.kwargs, arg_names) for case in cases]
 
 
@@ -155,8 +158,10 @@ def expect_tuple(observation: Observation, value, name: str, names: Sequence[str
     __tracebackhide__ = True
     if observation.type_name not in ("tuple", "list") or len(value) != len(names):
         length = f" of length {len(value)}" if isinstance(value, list) else ""
-        fail(f"{name} should return a tuple ({', '.join(names)}), but returned "
-             f"{observation.type_name}{length}.")  # fmt: skip
+        fail(
+            f"{name} should return a tuple ({', '.join(names)}), but returned "
+            f"{observation.type_name}{length}."
+        )
 
 
 def _explain(mistake: Mistake | None, case: Case) -> str:
@@ -291,8 +296,16 @@ def compare_tuple(
     per_output = bool(mistakes) and not hasattr(mistakes[0], "compute")
     for index, what in enumerate(names):
         known = mistakes[index] if per_output else mistakes
-        compare(value[index], expected[index], name=name, what=what, case=case, mistakes=known,
-                mistake_args=mistake_args, pick=lambda out, i=index: out[i])  # fmt: skip
+        compare(
+            value[index],
+            expected[index],
+            name=name,
+            what=what,
+            case=case,
+            mistakes=known,
+            mistake_args=mistake_args,
+            pick=lambda out, i=index: out[i],
+        )
 
 
 def passed(name: str, checked: Sequence[str]) -> str:
@@ -300,15 +313,23 @@ def passed(name: str, checked: Sequence[str]) -> str:
     return "\n".join([f"✓ {name} passed {len(checked)} checks:", *(f"    - {c}" for c in checked)])
 
 
-def judge_gradients(observation: Observation, reference: Observation, name: str,
-                    description: str) -> None:  # fmt: skip
+def judge_gradients(
+    observation: Observation, reference: Observation, name: str, description: str
+) -> None:
     """Compare recorded autograd gradients (``{what: array or None}``) with the reference's."""
     __tracebackhide__ = True
     if observation.error:
         fail(f"Backpropagating through {name} ({description}) raised {observation.error}")
     for what, mine in observation.value.items():
         if mine is None:
-            fail(f"No gradient reached {name}'s {what}: is it used in forward, as an "
-                 "nn.Parameter (or the input), without .detach() or .data?")  # fmt: skip
-        compare(mine, reference.value[what], name=name, what=f"the gradient of {what}",
-                case=Case(f"{description}, backward by autograd", ()))  # fmt: skip
+            fail(
+                f"No gradient reached {name}'s {what}: is it used in forward, as an "
+                "nn.Parameter (or the input), without .detach() or .data?"
+            )
+        compare(
+            mine,
+            reference.value[what],
+            name=name,
+            what=f"the gradient of {what}",
+            case=Case(f"{description}, backward by autograd", ()),
+        )

@@ -1,9 +1,9 @@
 """Observations as files: how a graded kernel hands what the learner's code did to the grader.
 
-When the environment variable ``ADDNORM_OBSERVATIONS`` names a folder, a check only *probes* (runs
-the learner's code and records plain data) and writes ``<check>-seed<seed>.npz`` there; the grader
-*judges* the file in its own process, where the learner's code never ran. The format is numpy's
-``.npz`` with a JSON description: reading it never unpickles anything.
+When the environment variable ``ADDNORM_OBSERVATIONS`` names a folder, a check only *observes*
+(runs the learner's code and records plain data) and writes ``<check>-seed<seed>.npz`` there;
+the grader *judges* the file in its own process, where the learner's code never ran. The format is
+numpy's ``.npz`` with a JSON description: reading it never unpickles anything.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ MAX_FILE_BYTES = 64 * 2**20  # an observation file is a few kB; anything huge is
 
 
 def observation_path(folder, check_name: str, seed: int) -> Path:
+    """The file of one check's observations: ``<folder>/<check_name>-seed<seed>.npz``."""
     return Path(folder) / f"{check_name}-seed{int(seed)}.npz"
 
 
@@ -54,9 +55,12 @@ def _decode(node, arrays):
         return arrays[content]
     if kind == "observation":
         return Observation(
-            _decode(content["value"], arrays), str(content["type_name"]), content["error"],
-            bool(content["not_implemented"]), tuple(content["mutated"]),
-        )  # fmt: skip
+            _decode(content["value"], arrays),
+            str(content["type_name"]),
+            content["error"],
+            bool(content["not_implemented"]),
+            tuple(content["mutated"]),
+        )
     if kind == "dict":
         return {k: _decode(v, arrays) for k, v in content.items()}
     if kind == "list":
@@ -67,6 +71,7 @@ def _decode(node, arrays):
 
 
 def save(path: Path, observations) -> None:
+    """Write ``observations`` (plain data: see :class:`Observation`) to ``path`` as ``.npz``."""
     arrays: dict = {}
     meta = json.dumps(_encode(observations, arrays))
     with open(path, "wb") as file:
@@ -83,10 +88,14 @@ def load(path: Path):
     return _decode(meta, arrays)
 
 
-def run_check(check_name: str, probe, judge, target, seed: int) -> None:
-    """Probe ``target``; then judge here (a learner's self-check) or record for the grader."""
+def run_check(check_name: str, observe, judge, target, seed: int) -> None:
+    """Observe ``target``; then judge here (a learner's self-check) or record for the grader.
+
+    ``observe(target, seed)`` returns plain observations; ``judge(observations, seed)`` raises
+    CheckFailed or returns the summary printed for the learner.
+    """
     __tracebackhide__ = True
-    observations = probe(target, seed)
+    observations = observe(target, seed)
     folder = os.environ.get(OBSERVATIONS_ENV)
     if folder:
         save(observation_path(folder, check_name, seed), observations)

@@ -1,4 +1,4 @@
-"""What the torch-module checks share: forbidding torch's own norm functions while probing."""
+"""What the torch-module checks share: forbidding torch's own norm functions while observing."""
 
 import contextlib
 from unittest import mock

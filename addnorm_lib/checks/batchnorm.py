@@ -7,7 +7,7 @@ Signatures of :mod:`addnorm_lib.reference.norms`:
 - ``batch_norm_backward(dy, x, gamma, eps=1e-5) -> (dx, dgamma, dbeta)`` (training mode).
 
 Running estimates start away from PyTorch's initial 0 and 1, so that a reversed momentum or a
-biased running variance shows. Probe and judge as in :mod:`addnorm_lib.checks.layernorm`.
+biased running variance shows. Observed and judged as in :mod:`addnorm_lib.checks.layernorm`.
 """
 
 import numpy as np
@@ -22,9 +22,9 @@ from addnorm_lib.checks._core import (
     judge_gradients,
     judged_calls,
     observe,
+    observe_cases,
     passed,
     plain,
-    probe_cases,
 )
 from addnorm_lib.checks._record import run_check
 
@@ -43,27 +43,57 @@ def batch_norm_cases(seed: int = 0) -> list[Case]:
         gamma, beta = rng.uniform(0.5, 2.0, channels), rng.normal(0.0, 1.0, channels)
         running_mean = rng.normal(0.0, 1.0, channels)
         running_var = rng.uniform(0.5, 2.0, channels)
-        return Case(description, (x, gamma, beta, running_mean, running_var, training),
-                    {"momentum": momentum, "eps": eps}, hint=hint)  # fmt: skip
+        return Case(
+            description,
+            (x, gamma, beta, running_mean, running_var, training),
+            {"momentum": momentum, "eps": eps},
+            hint=hint,
+        )
 
     return [
-        case("a 2-D (N, C) = (8, 4) input in training mode", (8, 4), True,
-             hint="Training mode: normalize with the batch mean and biased variance per feature "
-             "(axis 0), and blend the batch statistics into the running estimates."),
-        case("a 2-D (8, 4) input in eval mode (training=False)", (8, 4), False,
-             hint="Eval mode: normalize with running_mean and running_var, and return them "
-             "unchanged."),
-        case("a 3-D (N, C, L) = (4, 3, 5) input in training mode", (4, 3, 5), True,
-             hint="For (N, C, L) input the statistics are per channel, over axes 0 and 2."),
+        case(
+            "a 2-D (N, C) = (8, 4) input in training mode",
+            (8, 4),
+            True,
+            hint="Training mode: normalize with the batch mean and biased variance per feature "
+            "(axis 0), and blend the batch statistics into the running estimates.",
+        ),
+        case(
+            "a 2-D (8, 4) input in eval mode (training=False)",
+            (8, 4),
+            False,
+            hint="Eval mode: normalize with running_mean and running_var, and return them "
+            "unchanged.",
+        ),
+        case(
+            "a 3-D (N, C, L) = (4, 3, 5) input in training mode",
+            (4, 3, 5),
+            True,
+            hint="For (N, C, L) input the statistics are per channel, over axes 0 and 2.",
+        ),
         case("a 3-D (4, 3, 5) input in eval mode", (4, 3, 5), False),
-        case("a 4-D (N, C, H, W) = (2, 3, 2, 2) input in training mode", (2, 3, 2, 2), True,
-             hint="For (N, C, *) input the statistics are per channel, over axis 0 and every "
-             "axis after 1: axes = (0, *range(2, x.ndim))."),
-        case("a (6, 2) input in training mode with momentum=0.3", (6, 2), True, momentum=0.3,
-             hint="Use the momentum argument: new = (1 - momentum) * old + momentum * batch."),
-        case("a (5, 3) input in training mode with eps=0.1", (5, 3), True, eps=0.1,
-             hint="Use the eps argument, inside the square root."),
-    ]  # fmt: skip
+        case(
+            "a 4-D (N, C, H, W) = (2, 3, 2, 2) input in training mode",
+            (2, 3, 2, 2),
+            True,
+            hint="For (N, C, *) input the statistics are per channel, over axis 0 and every "
+            "axis after 1: axes = (0, *range(2, x.ndim)).",
+        ),
+        case(
+            "a (6, 2) input in training mode with momentum=0.3",
+            (6, 2),
+            True,
+            momentum=0.3,
+            hint="Use the momentum argument: new = (1 - momentum) * old + momentum * batch.",
+        ),
+        case(
+            "a (5, 3) input in training mode with eps=0.1",
+            (5, 3),
+            True,
+            eps=0.1,
+            hint="Use the eps argument, inside the square root.",
+        ),
+    ]
 
 
 def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
@@ -72,22 +102,32 @@ def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
 
     def case(description, shape, eps=1e-5, hint=""):
         x, dy = rng.normal(1.0, 2.0, shape), rng.normal(size=shape)
-        return Case(description, (dy, x, rng.uniform(0.5, 2.0, shape[1])), {"eps": eps},
-                    hint=hint)  # fmt: skip
+        return Case(description, (dy, x, rng.uniform(0.5, 2.0, shape[1])), {"eps": eps}, hint=hint)
 
     return [
         case("a 2-D (N, C) = (6, 4) input", (6, 4)),
-        case("a 3-D (N, C, L) = (3, 4, 5) input", (3, 4, 5),
-             hint="dgamma and dbeta have gamma's shape (C,): sum over axis 0 and axes 2, 3, ..."),
-        case("a 4-D (N, C, H, W) = (2, 3, 2, 2) input", (2, 3, 2, 2),
-             hint="Sum and average over axis 0 and every axis after 1."),
-        case("eps=0.1 instead of the default", (5, 3), eps=0.1,
-             hint="Use the eps argument, as in the forward pass."),
-    ]  # fmt: skip
+        case(
+            "a 3-D (N, C, L) = (3, 4, 5) input",
+            (3, 4, 5),
+            hint="dgamma and dbeta have gamma's shape (C,): sum over axis 0 and axes 2, 3, ...",
+        ),
+        case(
+            "a 4-D (N, C, H, W) = (2, 3, 2, 2) input",
+            (2, 3, 2, 2),
+            hint="Sum and average over axis 0 and every axis after 1.",
+        ),
+        case(
+            "eps=0.1 instead of the default",
+            (5, 3),
+            eps=0.1,
+            hint="Use the eps argument, as in the forward pass.",
+        ),
+    ]
 
 
-def probe_batch_norm(batch_norm, seed: int = 0) -> list[Observation]:
-    return probe_cases(batch_norm, batch_norm_cases(seed), ARG_NAMES)
+def observe_batch_norm(batch_norm, seed: int = 0) -> list[Observation]:
+    """Observe ``batch_norm`` on each case of :func:`batch_norm_cases`."""
+    return observe_cases(batch_norm, batch_norm_cases(seed), ARG_NAMES)
 
 
 def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
@@ -97,42 +137,63 @@ def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
 
     cases = batch_norm_cases(seed)
     for case, observation, outputs in judged_calls("batch_norm", cases, observations):
-        compare_tuple(observation, outputs, norms.batch_norm(*case.args, **case.kwargs),
-                      name="batch_norm", names=OUTPUTS, case=case,
-                      mistakes=mistakes.BATCH_NORM_MISTAKES, mistake_args=(
-                          *case.args, case.kwargs["momentum"], case.kwargs["eps"]))  # fmt: skip
+        compare_tuple(
+            observation,
+            outputs,
+            norms.batch_norm(*case.args, **case.kwargs),
+            name="batch_norm",
+            names=OUTPUTS,
+            case=case,
+            mistakes=mistakes.BATCH_NORM_MISTAKES,
+            mistake_args=(*case.args, case.kwargs["momentum"], case.kwargs["eps"]),
+        )
     return passed("batch_norm", [case.description for case in cases])
 
 
 def check_batch_norm(batch_norm, seed: int = 0) -> None:
     """Check a learner's ``batch_norm(x, gamma, beta, running_mean, running_var, training)``."""
     __tracebackhide__ = True
-    run_check("check_batch_norm", probe_batch_norm, judge_batch_norm, batch_norm, seed)
+    run_check("check_batch_norm", observe_batch_norm, judge_batch_norm, batch_norm, seed)
 
 
-def probe_batch_norm_backward(batch_norm_backward, seed: int = 0) -> list[Observation]:
-    return probe_cases(batch_norm_backward, batch_norm_backward_cases(seed), ("dy", "x", "gamma"))
+def observe_batch_norm_backward(batch_norm_backward, seed: int = 0) -> list[Observation]:
+    """Observe ``batch_norm_backward`` on each case of :func:`batch_norm_backward_cases`."""
+    return observe_cases(batch_norm_backward, batch_norm_backward_cases(seed), ("dy", "x", "gamma"))
 
 
 def judge_batch_norm_backward(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``batch_norm_backward`` results with the reference; name known mistakes.
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     __tracebackhide__ = True
     from addnorm_lib.reference import mistakes, norms
 
     cases = batch_norm_backward_cases(seed)
     for case, observation, grads in judged_calls("batch_norm_backward", cases, observations):
-        compare_tuple(observation, grads,
-                      norms.batch_norm_backward(*case.args, eps=case.kwargs["eps"]),
-                      name="batch_norm_backward", names=GRADIENTS, case=case,
-                      mistakes=mistakes.BATCH_NORM_BACKWARD_MISTAKES,
-                      mistake_args=(*case.args, case.kwargs["eps"]))  # fmt: skip
+        compare_tuple(
+            observation,
+            grads,
+            norms.batch_norm_backward(*case.args, eps=case.kwargs["eps"]),
+            name="batch_norm_backward",
+            names=GRADIENTS,
+            case=case,
+            mistakes=mistakes.BATCH_NORM_BACKWARD_MISTAKES,
+            mistake_args=(*case.args, case.kwargs["eps"]),
+        )
     return passed("batch_norm_backward", [case.description for case in cases])
 
 
 def check_batch_norm_backward(batch_norm_backward, seed: int = 0) -> None:
     """Check a learner's ``batch_norm_backward(dy, x, gamma, eps=1e-5) -> (dx, dgamma, dbeta)``."""
     __tracebackhide__ = True
-    run_check("check_batch_norm_backward", probe_batch_norm_backward,
-              judge_batch_norm_backward, batch_norm_backward, seed)  # fmt: skip
+    run_check(
+        "check_batch_norm_backward",
+        observe_batch_norm_backward,
+        judge_batch_norm_backward,
+        batch_norm_backward,
+        seed,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -167,11 +228,12 @@ def module_state(seed: int = 0) -> dict:
 
 
 def scenario_inputs(seed: int = 0) -> list[np.ndarray]:
+    """The float64 input of each step of :data:`SCENARIO`, in order (shapes as listed there)."""
     rng = np.random.default_rng(seed + 23)
     return [rng.normal(1.0, 2.0, shape) for _, _, _, shape in SCENARIO]
 
 
-def probe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
+def observe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
     """Run a BatchNorm1d class through the scenario; record outputs and buffers as plain data."""
     import contextlib
 
@@ -348,7 +410,7 @@ def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:
 
     from addnorm_lib.checks._torch import TORCH_NORM_CALLED
 
-    reference = probe_batch_norm_module(torch.nn.BatchNorm1d, seed, forbid_torch_norms=False)
+    reference = observe_batch_norm_module(torch.nn.BatchNorm1d, seed, forbid_torch_norms=False)
     if set(observations) != set(reference):
         incomplete("BatchNorm1d")
     _judge_module_describe(observations["describe"], reference["describe"])
@@ -371,8 +433,12 @@ def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:
         "under no_grad too) and in eval mode, outputs and running statistics"
     )
     checked.append("follows module.training, not torch.is_grad_enabled()")
-    judge_gradients(observations["gradients"], reference["gradients"], "BatchNorm1d",
-                    "an (8, 4) batch in training mode")  # fmt: skip
+    judge_gradients(
+        observations["gradients"],
+        reference["gradients"],
+        "BatchNorm1d",
+        "an (8, 4) batch in training mode",
+    )
     checked.append("gradients of input, weight and bias match torch's in training mode")
     if observations["round_trip"].error:
         fail(
@@ -387,7 +453,7 @@ def check_batch_norm_module(cls, seed: int = 0) -> None:
     """Check a learner's torch ``BatchNorm1d`` class against ``torch.nn.BatchNorm1d``."""
     __tracebackhide__ = True
     run_check(
-        "check_batch_norm_module", probe_batch_norm_module, judge_batch_norm_module, cls, seed
+        "check_batch_norm_module", observe_batch_norm_module, judge_batch_norm_module, cls, seed
     )
 
 

@@ -7,12 +7,13 @@ The functions under check (signatures of :mod:`addnorm_lib.reference.deepnorm`):
 - ``deepnorm_residual(x, sublayer, norm, alpha) -> norm(alpha * x + sublayer(x))`` (torch);
 - ``deepnorm_init_(layer, beta)``: scales, in place, the weights DeepNet scales.
 
-Probes and judges as in :mod:`addnorm_lib.checks.layernorm`. Torch objects are rebuilt from the
+Observed and judged as in :mod:`addnorm_lib.checks.layernorm`. Torch objects are rebuilt from the
 seed on each side, so the judge never touches what the learner's code ran on.
 """
 
 import numpy as np
 
+from addnorm_lib import lookup
 from addnorm_lib.checks._core import (
     Case,
     Observation,
@@ -22,46 +23,63 @@ from addnorm_lib.checks._core import (
     judge_call,
     judged_calls,
     observe,
+    observe_cases,
     passed,
-    probe_cases,
 )
 from addnorm_lib.checks._record import run_check
 
 # ----------------------------------------------------------------------------------------------
 # deepnorm_constants(architecture, num_encoder_layers, num_decoder_layers, stack) -> (alpha, beta)
 
-#: (architecture, N, M, stack, description), in the order they are checked
+#: (architecture, N, M, stack), in the order they are checked
 CONSTANT_CASES = (
-    ("encoder-only", 6, 0, None, "an encoder-only model with N = 6 layers"),
-    ("encoder-only", 48, 0, None, "an encoder-only model with N = 48 layers"),
-    ("decoder-only", 0, 24, None, "a decoder-only model with M = 24 layers"),
-    ("encoder-decoder", 6, 6, "encoder", "the encoder of an encoder-decoder model, N = M = 6"),
-    ("encoder-decoder", 6, 6, "decoder", "the decoder of an encoder-decoder model, N = M = 6"),
-    ("encoder-decoder", 100, 20, "encoder", "the encoder of an encoder-decoder model, N = 100, "
-     "M = 20"),
-    ("encoder-decoder", 18, 50, "decoder", "the decoder of an encoder-decoder model, N = 18, "
-     "M = 50"),
-)  # fmt: skip
+    ("encoder-only", 6, 0, None),
+    ("encoder-only", 48, 0, None),
+    ("decoder-only", 0, 24, None),
+    ("encoder-decoder", 6, 6, "encoder"),
+    ("encoder-decoder", 6, 6, "decoder"),
+    ("encoder-decoder", 100, 20, "encoder"),
+    ("encoder-decoder", 18, 50, "decoder"),
+)
+
+
+_DESCRIPTIONS = {
+    "encoder-only": "an encoder-only model with N = {n} layers",
+    "decoder-only": "a decoder-only model with M = {m} layers",
+    "encoder-decoder": "the {stack} of an encoder-decoder model, {sizes}",
+}
+
+
+def _describe_constants_call(architecture: str, n: int, m: int, stack: str | None) -> str:
+    """How a message names one call, e.g. "the decoder of an encoder-decoder model, N = M = 6"."""
+    sizes = f"N = M = {n}" if n == m else f"N = {n}, M = {m}"
+    template = lookup(_DESCRIPTIONS, architecture, "architecture")
+    return template.format(n=n, m=m, stack=stack, sizes=sizes)
 
 
 def constants_cases(seed: int = 0) -> list[Case]:
     """The calls checked; the constants are exact formulas, so ``seed`` changes nothing."""
+    hint = "Check the formula for this architecture and stack in the table."
     cases = []
-    for architecture, n, m, stack, description in CONSTANT_CASES:
+    for architecture, n, m, stack in CONSTANT_CASES:
         kwargs = {"num_encoder_layers": n, "num_decoder_layers": m}
         if stack is not None:
             kwargs["stack"] = stack
-        cases.append(Case(description, (architecture,), kwargs, atol=0.0, rtol=1e-6,
-                          hint="Check the formula for this architecture and stack in the "
-                          "table."))  # fmt: skip
+        description = _describe_constants_call(architecture, n, m, stack)
+        cases.append(Case(description, (architecture,), kwargs, atol=0.0, rtol=1e-6, hint=hint))
     return cases
 
 
-def probe_deepnorm_constants(deepnorm_constants, seed: int = 0) -> list[Observation]:
-    return probe_cases(deepnorm_constants, constants_cases(seed), ())
+def observe_deepnorm_constants(deepnorm_constants, seed: int = 0) -> list[Observation]:
+    """Observe ``deepnorm_constants`` on each case of :func:`constants_cases`."""
+    return observe_cases(deepnorm_constants, constants_cases(seed), ())
 
 
 def judge_deepnorm_constants(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``deepnorm_constants`` results with the reference; name known mistakes.
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     __tracebackhide__ = True
     from addnorm_lib.reference import deepnorm, mistakes
 
@@ -74,23 +92,40 @@ def judge_deepnorm_constants(observations: list[Observation], seed: int = 0) -> 
             or pair.shape != (2,)
             or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
         ):
-            fail(f"{name}, on {case.description}: return a tuple of two floats (alpha, beta), "
-                 f"not a {observation.type_name}.")  # fmt: skip
+            fail(
+                f"{name}, on {case.description}: return a tuple of two floats (alpha, beta), "
+                f"not a {observation.type_name}."
+            )
         kwargs = case.kwargs
         expected = np.array(deepnorm.deepnorm_constants(*case.args, **kwargs))
-        mistake_args = (case.args[0], kwargs["num_encoder_layers"], kwargs["num_decoder_layers"],
-                        kwargs.get("stack"))  # fmt: skip
-        compare(pair.astype(np.float64), expected, name=name, what="(alpha, beta)", case=case,
-                mistakes=mistakes.DEEPNORM_CONSTANTS_MISTAKES,
-                mistake_args=mistake_args)  # fmt: skip
+        mistake_args = (
+            case.args[0],
+            kwargs["num_encoder_layers"],
+            kwargs["num_decoder_layers"],
+            kwargs.get("stack"),
+        )
+        compare(
+            pair.astype(np.float64),
+            expected,
+            name=name,
+            what="(alpha, beta)",
+            case=case,
+            mistakes=mistakes.DEEPNORM_CONSTANTS_MISTAKES,
+            mistake_args=mistake_args,
+        )
     return passed(name, [case.description for case in cases])
 
 
 def check_deepnorm_constants(deepnorm_constants, seed: int = 0) -> None:
     """Check a learner's ``deepnorm_constants(architecture, N, M, stack) -> (alpha, beta)``."""
     __tracebackhide__ = True
-    run_check("check_deepnorm_constants", probe_deepnorm_constants, judge_deepnorm_constants,
-              deepnorm_constants, seed)  # fmt: skip
+    run_check(
+        "check_deepnorm_constants",
+        observe_deepnorm_constants,
+        judge_deepnorm_constants,
+        deepnorm_constants,
+        seed,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -100,7 +135,7 @@ D_MODEL, HEADS, FFN = 8, 2, 16
 
 
 def _fill_(module, rng) -> None:
-    """Overwrite every parameter of ``module`` with numpy draws (the same in probe and judge)."""
+    """Overwrite every parameter of ``module`` with numpy draws (the same on both sides)."""
     import torch
 
     with torch.no_grad():
@@ -128,25 +163,44 @@ def residual_cases(seed: int = 0) -> list[Case]:
         return Case(description, (x, sublayer, norm, alpha), hint=hint)
 
     return [
-        case("a (B, T, C) = (2, 3, 8) input, a FeedForward sublayer, alpha = 2.0",
-             FeedForward(D_MODEL, FFN), 2.0),
-        case("a (2, 3, 8) input, a SelfAttention sublayer, alpha = 1.5",
-             SelfAttention(D_MODEL, HEADS), 1.5),
-        case("alpha = 1.0, which is plain Post-LN: norm(x + G(x))", FeedForward(D_MODEL, FFN),
-             1.0, hint="With alpha = 1 the step is norm(x + sublayer(x))."),
-        case("a (1, 5, 8) input, causal SelfAttention, alpha = 3.0",
-             SelfAttention(D_MODEL, HEADS, causal=True), 3.0, shape=(1, 5, D_MODEL)),
-    ]  # fmt: skip
+        case(
+            "a (B, T, C) = (2, 3, 8) input, a FeedForward sublayer, alpha = 2.0",
+            FeedForward(D_MODEL, FFN),
+            2.0,
+        ),
+        case(
+            "a (2, 3, 8) input, a SelfAttention sublayer, alpha = 1.5",
+            SelfAttention(D_MODEL, HEADS),
+            1.5,
+        ),
+        case(
+            "alpha = 1.0, which is plain Post-LN: norm(x + G(x))",
+            FeedForward(D_MODEL, FFN),
+            1.0,
+            hint="With alpha = 1 the step is norm(x + sublayer(x)).",
+        ),
+        case(
+            "a (1, 5, 8) input, causal SelfAttention, alpha = 3.0",
+            SelfAttention(D_MODEL, HEADS, causal=True),
+            3.0,
+            shape=(1, 5, D_MODEL),
+        ),
+    ]
 
 
-def probe_deepnorm_residual(deepnorm_residual, seed: int = 0) -> list[Observation]:
+def observe_deepnorm_residual(deepnorm_residual, seed: int = 0) -> list[Observation]:
+    """Observe ``deepnorm_residual`` on each case of :func:`residual_cases`, under no_grad."""
     import torch
 
     with torch.no_grad():
-        return probe_cases(deepnorm_residual, residual_cases(seed), ())
+        return observe_cases(deepnorm_residual, residual_cases(seed), ())
 
 
 def judge_deepnorm_residual(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``deepnorm_residual`` results with the reference; name known mistakes.
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     __tracebackhide__ = True
     import torch
 
@@ -157,17 +211,29 @@ def judge_deepnorm_residual(observations: list[Observation], seed: int = 0) -> s
     for case, observation, y in judged_calls(name, cases, observations):
         with torch.no_grad():
             expected = deepnorm.deepnorm_residual(*case.args).numpy()
-        compare(y, expected, name=name, what="the output", case=case,
-                mistakes=mistakes.DEEPNORM_RESIDUAL_MISTAKES, mistake_args=case.args,
-                type_name=observation.type_name)  # fmt: skip
+        compare(
+            y,
+            expected,
+            name=name,
+            what="the output",
+            case=case,
+            mistakes=mistakes.DEEPNORM_RESIDUAL_MISTAKES,
+            mistake_args=case.args,
+            type_name=observation.type_name,
+        )
     return passed(name, [case.description for case in cases])
 
 
 def check_deepnorm_residual(deepnorm_residual, seed: int = 0) -> None:
     """Check a learner's ``deepnorm_residual(x, sublayer, norm, alpha)`` (torch)."""
     __tracebackhide__ = True
-    run_check("check_deepnorm_residual", probe_deepnorm_residual, judge_deepnorm_residual,
-              deepnorm_residual, seed)  # fmt: skip
+    run_check(
+        "check_deepnorm_residual",
+        observe_deepnorm_residual,
+        judge_deepnorm_residual,
+        deepnorm_residual,
+        seed,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -196,7 +262,7 @@ def init_layer(seed: int = 0):
     return layer
 
 
-def probe_deepnorm_init(deepnorm_init_, seed: int = 0) -> dict:
+def observe_deepnorm_init(deepnorm_init_, seed: int = 0) -> dict:
     """Run the initializer on a fresh seeded layer per beta; record the state_dict after it."""
 
     def run(beta):
@@ -229,8 +295,10 @@ def _judge_init_state(state: dict, original: dict, beta: float) -> None:
         if key in scaled and np.allclose(after, before, rtol=1e-9, atol=0):
             fail(f"{where}: {key} was not scaled.\nHint: {SCALED_HINT}")
         if key in scaled and np.allclose(after, before / beta, rtol=1e-9, atol=0):
-            fail(f"{where}: {key} was divided by beta; DeepNet multiplies it by beta (< 1), "
-                 "to make the sublayers' initial updates small.")  # fmt: skip
+            fail(
+                f"{where}: {key} was divided by beta; DeepNet multiplies it by beta (< 1), "
+                "to make the sublayers' initial updates small."
+            )
         if key.startswith(("self_attn.q_proj", "self_attn.k_proj")) and np.allclose(
             after, beta * before, rtol=1e-9, atol=0
         ):
@@ -242,13 +310,19 @@ def _judge_init_state(state: dict, original: dict, beta: float) -> None:
         if key not in scaled and "weight" in key and np.allclose(after, beta * before, rtol=1e-9):
             fail(f"{where}: you scaled {key} by beta.\nHint: {SCALED_HINT}")
         if key in scaled:
-            fail(f"{where}: {key} changed, but not to beta times its value. Re-initializing it "
-                 "draws new numbers; this exercise scales the existing Xavier-initialized "
-                 "weights in place.\nHint: with torch.no_grad(): weight.mul_(beta).")  # fmt: skip
+            fail(
+                f"{where}: {key} changed, but not to beta times its value. Re-initializing it "
+                "draws new numbers; this exercise scales the existing Xavier-initialized "
+                "weights in place.\nHint: with torch.no_grad(): weight.mul_(beta)."
+            )
         fail(f"{where}: {key} should not change, but it did.\nHint: {SCALED_HINT}")
 
 
 def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
+    """Compare the recorded state_dicts with the seeded layer scaled by each of :data:`INIT_BETAS`.
+
+    Raises CheckFailed naming the first weight scaled wrongly; else returns the summary.
+    """
     __tracebackhide__ = True
     if set(observations) != {f"beta={beta}" for beta in INIT_BETAS}:
         incomplete("deepnorm_init_")
@@ -257,18 +331,22 @@ def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
         case = Case(f"a LayerParts(16, 2, 32) layer with beta = {beta}", ())
         observation = observations[f"beta={beta}"]
         _judge_init_state(judge_call(observation, "deepnorm_init_", case), original, beta)
-    return passed("deepnorm_init_", [
-        "scales ffn.fc1, ffn.fc2, self_attn.v_proj and self_attn.out_proj by beta, in place",
-        "leaves the query and key projections, the biases and the norms unchanged",
-        f"for beta in {INIT_BETAS}",
-    ])  # fmt: skip
+    return passed(
+        "deepnorm_init_",
+        [
+            "scales ffn.fc1, ffn.fc2, self_attn.v_proj and self_attn.out_proj by beta, in place",
+            "leaves the query and key projections, the biases and the norms unchanged",
+            f"for beta in {INIT_BETAS}",
+        ],
+    )
 
 
 def check_deepnorm_init(deepnorm_init_, seed: int = 0) -> None:
     """Check a learner's ``deepnorm_init_(layer, beta)`` on a seeded ``LayerParts``."""
     __tracebackhide__ = True
-    run_check("check_deepnorm_init", probe_deepnorm_init, judge_deepnorm_init, deepnorm_init_,
-              seed)  # fmt: skip
+    run_check(
+        "check_deepnorm_init", observe_deepnorm_init, judge_deepnorm_init, deepnorm_init_, seed
+    )
 
 
 JUDGES = {

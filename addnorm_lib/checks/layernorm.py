@@ -1,13 +1,12 @@
 """Checkers for the LayerNorm exercise: ``layer_norm``, ``layer_norm_backward`` and a torch module.
 
-Each check is a *probe* and a *judge*. The probe runs the learner's code on inputs drawn from a
-seed and records what happened as plain data (:class:`Observation`). The judge draws the same
-inputs, runs the same probe on the reference, compares, and raises :class:`CheckFailed` with a
-specific message at the first problem. A learner's self-check does both in the notebook; when
-grading, the kernel only probes and the grader judges in its own process (see ``_record``).
-The references (``addnorm_lib.reference.norms``, ``addnorm_lib.reference.mistakes``) are imported
-by judges only: a
-graded kernel cannot see them.
+Each check has two halves, *observe* and *judge*. The observing half runs the learner's code on
+inputs drawn from a seed and records what happened as plain data (:class:`Observation`). The judge
+draws the same inputs, observes the reference the same way, compares, and raises
+:class:`CheckFailed` with a specific message at the first problem. A learner's self-check does both
+in the notebook; when grading, the kernel only observes and the grader judges in its own process
+(see ``_record``). The references (``addnorm_lib.reference.norms``,
+``addnorm_lib.reference.mistakes``) are imported by judges only: a graded kernel cannot see them.
 """
 
 import contextlib
@@ -25,9 +24,9 @@ from addnorm_lib.checks._core import (
     judge_gradients,
     judged_calls,
     observe,
+    observe_cases,
     passed,
     plain,
-    probe_cases,
 )
 from addnorm_lib.checks._record import run_check
 from addnorm_lib.checks._torch import TORCH_NORM_CALLED, torch_norms_forbidden
@@ -66,17 +65,33 @@ def layer_norm_cases(seed: int = 0) -> list[Case]:
     nearly_constant[1] = 3.0 + 1e-3 * rng.normal(size=8)  # variance ~1e-6, smaller than eps
     offset = (LARGE_OFFSET + rng.normal(size=(4, 256))).astype(np.float32)
     return [
-        case("a 2-D (N, C) = (4, 6) float64 input", rng.normal(1.0, 2.0, (4, 6)),
-             hint=batch_axis_hint),
-        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", rng.normal(-1.0, 3.0, (2, 3, 5)),
-             hint=shape_hint),
+        case(
+            "a 2-D (N, C) = (4, 6) float64 input",
+            rng.normal(1.0, 2.0, (4, 6)),
+            hint=batch_axis_hint,
+        ),
+        case(
+            "a 3-D (B, T, C) = (2, 3, 5) float64 input",
+            rng.normal(-1.0, 3.0, (2, 3, 5)),
+            hint=shape_hint,
+        ),
         case("a batch of one, shape (1, 7)", rng.normal(size=(1, 7)), hint=batch_axis_hint),
-        case("eps=0.1 instead of the default", rng.normal(size=(3, 4)), eps=0.1,
-             hint="Use the eps argument, inside the square root."),
-        case("rows that are nearly constant (variance below eps)", nearly_constant,
-             hint="eps belongs inside the square root: sqrt(var + eps)."),
-        case("a single feature, shape (3, 1): x_hat is 0, so y = beta", rng.normal(size=(3, 1)),
-             hint="With one feature the variance is 0: divide by C, not C - 1."),
+        case(
+            "eps=0.1 instead of the default",
+            rng.normal(size=(3, 4)),
+            eps=0.1,
+            hint="Use the eps argument, inside the square root.",
+        ),
+        case(
+            "rows that are nearly constant (variance below eps)",
+            nearly_constant,
+            hint="eps belongs inside the square root: sqrt(var + eps).",
+        ),
+        case(
+            "a single feature, shape (3, 1): x_hat is 0, so y = beta",
+            rng.normal(size=(3, 1)),
+            hint="With one feature the variance is 0: divide by C, not C - 1.",
+        ),
         case(
             f"float32 input with mean {LARGE_OFFSET:g} and standard deviation 1, shape (4, 256)",
             offset,
@@ -85,12 +100,12 @@ def layer_norm_cases(seed: int = 0) -> list[Case]:
             atol=FLOAT32_ATOL,
             rtol=0.0,
         ),
-    ]  # fmt: skip
+    ]
 
 
-def probe_layer_norm(layer_norm, seed: int = 0) -> list[Observation]:
+def observe_layer_norm(layer_norm, seed: int = 0) -> list[Observation]:
     """Run a learner's ``layer_norm`` on every case; record what it did."""
-    return probe_cases(layer_norm, layer_norm_cases(seed), ("x", "gamma", "beta"))
+    return observe_cases(layer_norm, layer_norm_cases(seed), ("x", "gamma", "beta"))
 
 
 def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
@@ -107,10 +122,15 @@ def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
         as64 = [a.astype(np.float64) for a in case.args]
         expected = norms.layer_norm(*as64, eps=case.kwargs["eps"]).astype(x.dtype)
         compare(
-            y, expected, name="layer_norm", what="the output", case=case,
-            mistakes=mistakes.LAYER_NORM_MISTAKES, mistake_args=(*case.args, case.kwargs["eps"]),
+            y,
+            expected,
+            name="layer_norm",
+            what="the output",
+            case=case,
+            mistakes=mistakes.LAYER_NORM_MISTAKES,
+            mistake_args=(*case.args, case.kwargs["eps"]),
             type_name=observation.type_name,
-        )  # fmt: skip
+        )
     return passed("layer_norm", [case.description for case in cases])
 
 
@@ -120,7 +140,7 @@ def check_layer_norm(layer_norm, seed: int = 0) -> None:
     Raises CheckFailed naming the first input it gets wrong and, where it can tell, the mistake.
     """
     __tracebackhide__ = True
-    run_check("check_layer_norm", probe_layer_norm, judge_layer_norm, layer_norm, seed)
+    run_check("check_layer_norm", observe_layer_norm, judge_layer_norm, layer_norm, seed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -141,42 +161,67 @@ def last_axis_backward_cases(rng, default_eps: float, parameter_hint: str) -> li
     return [
         case("a 2-D (N, C) = (4, 6) float64 input", (4, 6)),
         case("a 3-D (B, T, C) = (2, 3, 5) float64 input", (2, 3, 5), hint=parameter_hint),
-        case("eps=0.1 instead of the default", (3, 4), eps=0.1,
-             hint="Use the eps argument, as in the forward pass."),
-    ]  # fmt: skip
+        case(
+            "eps=0.1 instead of the default",
+            (3, 4),
+            eps=0.1,
+            hint="Use the eps argument, as in the forward pass.",
+        ),
+    ]
 
 
 def layer_norm_backward_cases(seed: int = 0) -> list[Case]:
     """Inputs for ``layer_norm_backward(dy, x, gamma, eps)``."""
-    hint = ("dgamma and dbeta have gamma's shape (C,): sum over every axis except the last, "
-            "axis=tuple(range(x.ndim - 1)).")  # fmt: skip
+    hint = (
+        "dgamma and dbeta have gamma's shape (C,): sum over every axis except the last, "
+        "axis=tuple(range(x.ndim - 1))."
+    )
     return last_axis_backward_cases(np.random.default_rng(seed + 1), 1e-5, hint)
 
 
-def probe_layer_norm_backward(layer_norm_backward, seed: int = 0) -> list[Observation]:
-    return probe_cases(layer_norm_backward, layer_norm_backward_cases(seed), ("dy", "x", "gamma"))
+def observe_layer_norm_backward(layer_norm_backward, seed: int = 0) -> list[Observation]:
+    """Observe ``layer_norm_backward`` on each case of :func:`layer_norm_backward_cases`."""
+    return observe_cases(layer_norm_backward, layer_norm_backward_cases(seed), ("dy", "x", "gamma"))
 
 
 def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``layer_norm_backward`` results with the reference; name known mistakes.
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     __tracebackhide__ = True
     from addnorm_lib.reference import mistakes, norms
 
     cases = layer_norm_backward_cases(seed)
     for case, observation, grads in judged_calls("layer_norm_backward", cases, observations):
-        known = [mistakes.LAYER_NORM_BACKWARD_DX_MISTAKES,
-                 mistakes.LAYER_NORM_BACKWARD_DGAMMA_MISTAKES, ()]  # fmt: skip
-        compare_tuple(observation, grads,
-                      norms.layer_norm_backward(*case.args, eps=case.kwargs["eps"]),
-                      name="layer_norm_backward", names=("dx", "dgamma", "dbeta"), case=case,
-                      mistakes=known, mistake_args=(*case.args, case.kwargs["eps"]))  # fmt: skip
+        known = [
+            mistakes.LAYER_NORM_BACKWARD_DX_MISTAKES,
+            mistakes.LAYER_NORM_BACKWARD_DGAMMA_MISTAKES,
+            (),
+        ]
+        compare_tuple(
+            observation,
+            grads,
+            norms.layer_norm_backward(*case.args, eps=case.kwargs["eps"]),
+            name="layer_norm_backward",
+            names=("dx", "dgamma", "dbeta"),
+            case=case,
+            mistakes=known,
+            mistake_args=(*case.args, case.kwargs["eps"]),
+        )
     return passed("layer_norm_backward", [case.description for case in cases])
 
 
 def check_layer_norm_backward(layer_norm_backward, seed: int = 0) -> None:
     """Check a learner's ``layer_norm_backward(dy, x, gamma, eps=1e-5) -> (dx, dgamma, dbeta)``."""
     __tracebackhide__ = True
-    run_check("check_layer_norm_backward", probe_layer_norm_backward,
-              judge_layer_norm_backward, layer_norm_backward, seed)  # fmt: skip
+    run_check(
+        "check_layer_norm_backward",
+        observe_layer_norm_backward,
+        judge_layer_norm_backward,
+        layer_norm_backward,
+        seed,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -205,6 +250,7 @@ class ModuleInputs:
 
 
 def module_inputs(seed: int = 0) -> ModuleInputs:
+    """Every input of the module check, drawn from ``seed`` (see :class:`ModuleInputs`)."""
     rng = np.random.default_rng(seed + 2)
     parameters = {
         name: {p: rng.uniform(0.5, 2.0, shape) for p in names}
@@ -220,11 +266,11 @@ def module_inputs(seed: int = 0) -> ModuleInputs:
 
 
 def _recorded(step) -> Observation:
-    """Run one probe step (no arguments) and record what it returned or raised."""
+    """Run one step of the observation (no arguments) and record what it returned or raised."""
     return observe(step, (), {})
 
 
-def probe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
+def observe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
     """Exercise a LayerNorm class the way the judge needs; record every result as plain data."""
     import torch
 
@@ -244,10 +290,14 @@ def probe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True)
 
     def describe(config):
         module = construct(config)
-        attributes = {a: getattr(module, a, "<missing>") for a in
-                      ("normalized_shape", "eps", "elementwise_affine")}  # fmt: skip
-        attributes = {k: v if isinstance(v, str | bool | int | float) else plain(v)
-                      for k, v in attributes.items()}  # fmt: skip
+        attributes = {
+            a: getattr(module, a, "<missing>")
+            for a in ("normalized_shape", "eps", "elementwise_affine")
+        }
+        attributes = {
+            k: v if isinstance(v, str | bool | int | float) else plain(v)
+            for k, v in attributes.items()
+        }
         state = module.state_dict()
         return {
             "is_module": isinstance(module, torch.nn.Module),
@@ -293,14 +343,14 @@ def probe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True)
 def _reference_module_observations(seed):
     import torch
 
-    return probe_layer_norm_module(torch.nn.LayerNorm, seed, forbid_torch_norms=False)
+    return observe_layer_norm_module(torch.nn.LayerNorm, seed, forbid_torch_norms=False)
 
 
 def _judge_describe(observation, config, checked):
     __tracebackhide__ = True
     args, kwargs, names, shape = MODULE_CONFIGS[config]
-    call = "LayerNorm(" + ", ".join([repr(a) for a in args] +
-                                    [f"{k}={v!r}" for k, v in kwargs.items()]) + ")"  # fmt: skip
+    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    call = f"LayerNorm({', '.join(shown)})"
     if observation.not_implemented:
         fail(f"{call} is not implemented yet: replace the stub with your code.")
     if observation.error:
@@ -312,16 +362,20 @@ def _judge_describe(observation, config, checked):
     if not info["is_module"]:
         fail("LayerNorm must be a torch.nn.Module subclass.")
     if info["subclasses_torch"]:
-        fail("Your LayerNorm subclasses torch.nn.LayerNorm; subclass torch.nn.Module and write the "
-             "math yourself.")  # fmt: skip
+        fail(
+            "Your LayerNorm subclasses torch.nn.LayerNorm; subclass torch.nn.Module and write the "
+            "math yourself."
+        )
     if config == "default":
         expected = {"normalized_shape": [FEATURES], "eps": 1e-5, "elementwise_affine": True}
         for attribute, value in expected.items():
             if info["attributes"][attribute] != value:
                 shown = tuple(value) if isinstance(value, list) else value
                 actual = info["attributes"][attribute]
-                fail(f"LayerNorm({FEATURES}).{attribute} should be {shown!r} (as in "
-                     f"torch.nn.LayerNorm), but it is {actual!r}.")  # fmt: skip
+                fail(
+                    f"LayerNorm({FEATURES}).{attribute} should be {shown!r} (as in "
+                    f"torch.nn.LayerNorm), but it is {actual!r}."
+                )
     if sorted(info["state"]) != sorted(names):
         fail(
             f"{call}.state_dict() has keys {sorted(info['state'])}, but torch.nn.LayerNorm's are "
@@ -330,8 +384,10 @@ def _judge_describe(observation, config, checked):
         )
     for key in names:
         if key not in info["parameters"]:
-            fail(f"{call}.{key} is in the state_dict but is not an nn.Parameter, so an optimizer "
-                 "would never train it: wrap it in nn.Parameter.")  # fmt: skip
+            fail(
+                f"{call}.{key} is in the state_dict but is not an nn.Parameter, so an optimizer "
+                "would never train it: wrap it in nn.Parameter."
+            )
         if tuple(info["state"][key]) != shape:
             fail(f"{call}.{key} has shape {tuple(info['state'][key])}; it should be {shape}.")
     if config == "default":
@@ -362,13 +418,20 @@ def _judge_forward(observations, reference, key, description, atol=1e-8, mistake
     if observation.error:
         fail(f"LayerNorm.forward raised {observation.error} on {description}")
     case = Case(description, (), atol=atol, rtol=1e-6 if atol < 1e-6 else 0.0)
-    compare(observation.value, reference[key].value, name="LayerNorm", what="the output",
-            case=case, mistakes=mistakes.LAYER_NORM_MISTAKES if mistake_args else (),
-            mistake_args=mistake_args, type_name=observation.type_name)  # fmt: skip
+    compare(
+        observation.value,
+        reference[key].value,
+        name="LayerNorm",
+        what="the output",
+        case=case,
+        mistakes=mistakes.LAYER_NORM_MISTAKES if mistake_args else (),
+        mistake_args=mistake_args,
+        type_name=observation.type_name,
+    )
 
 
 def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
-    """Compare a recorded LayerNorm module with torch.nn.LayerNorm probed the same way."""
+    """Compare a recorded LayerNorm module with torch.nn.LayerNorm observed the same way."""
     __tracebackhide__ = True
     reference = _reference_module_observations(seed)
     if set(observations) != set(reference):
@@ -378,39 +441,45 @@ def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
 
     def mistake_args(config, x):
         parameters = inputs.parameters[config]
-        return (x, parameters["weight"], parameters["bias"], MODULE_CONFIGS[config][1].get("eps",
-                1e-5))  # fmt: skip
+        eps = MODULE_CONFIGS[config][1].get("eps", 1e-5)
+        return (x, parameters["weight"], parameters["bias"], eps)
 
+    def forward(key, description, **options):
+        _judge_forward(observations, reference, key, description, **options)
+
+    shape = (BATCH, TIME, FEATURES)
     _judge_describe(observations["describe:default"], "default", checked)
-    _judge_forward(observations, reference, "forward:default",
-                   f"a (B, T, C) = {(BATCH, TIME, FEATURES)} float64 input",
-                   mistake_args=mistake_args("default", inputs.x))  # fmt: skip
+    default_args = mistake_args("default", inputs.x)
+    forward("forward:default", f"a (B, T, C) = {shape} float64 input", mistake_args=default_args)
     checked.append("loads a torch.nn.LayerNorm state_dict and matches it in float64")
-    _judge_forward(observations, reference, "forward:float32", "a float32 (B, T, C) input",
-                   atol=1e-5)  # fmt: skip
+    forward("forward:float32", "a float32 (B, T, C) input", atol=1e-5)
     checked.append("keeps float32 as float32 and matches torch")
 
-    judge_gradients(observations["gradients"], reference["gradients"], "LayerNorm",
-                    "a float64 (B, T, C) input")  # fmt: skip
+    judge_gradients(
+        observations["gradients"], reference["gradients"], "LayerNorm", "a float64 (B, T, C) input"
+    )
     checked.append("gradients of input, weight and bias match torch's")
 
     _judge_describe(observations["describe:eps"], "eps", checked)
-    _judge_forward(observations, reference, "forward:eps", "eps=0.1 with a (4, 5) input",
-                   mistake_args=mistake_args("eps", inputs.x_eps))  # fmt: skip
+    eps_args = mistake_args("eps", inputs.x_eps)
+    forward("forward:eps", "eps=0.1 with a (4, 5) input", mistake_args=eps_args)
     checked.append("uses its eps argument")
     _judge_describe(observations["describe:tuple"], "tuple", checked)
-    _judge_forward(observations, reference, "forward:tuple",
-                   f"normalized_shape=({TIME}, {FEATURES}) on a {inputs.x.shape} input "
-                   "(statistics over the last two axes)")  # fmt: skip
+    forward(
+        "forward:tuple",
+        f"normalized_shape=({TIME}, {FEATURES}) on a {inputs.x.shape} input "
+        "(statistics over the last two axes)",
+    )
     checked.append("a tuple normalized_shape normalizes over the last len(normalized_shape) axes")
     for config, text in [("no_bias", "bias=False"), ("no_affine", "elementwise_affine=False")]:
         _judge_describe(observations[f"describe:{config}"], config, checked)
-        _judge_forward(observations, reference, f"forward:{config}",
-                       f"LayerNorm({FEATURES}, {text}) on a (B, T, C) input")  # fmt: skip
+        forward(f"forward:{config}", f"LayerNorm({FEATURES}, {text}) on a (B, T, C) input")
     checked.append("bias=False and elementwise_affine=False as in torch")
     if observations["round_trip"].error:
-        fail("torch.nn.LayerNorm could not load your module's state_dict: "
-             f"{observations['round_trip'].error}")  # fmt: skip
+        fail(
+            "torch.nn.LayerNorm could not load your module's state_dict: "
+            f"{observations['round_trip'].error}"
+        )
     checked.append("its state_dict loads into torch.nn.LayerNorm")
 
     return passed("LayerNorm", checked)
@@ -425,7 +494,7 @@ def check_layer_norm_module(cls, seed: int = 0) -> None:
     """
     __tracebackhide__ = True
     run_check(
-        "check_layer_norm_module", probe_layer_norm_module, judge_layer_norm_module, cls, seed
+        "check_layer_norm_module", observe_layer_norm_module, judge_layer_norm_module, cls, seed
     )
 
 

@@ -7,7 +7,7 @@ The classes and functions under check (signatures of :mod:`addnorm_lib.reference
 - ``PreLNStack(layers, norm)``: the layers in order, then the final norm;
 - ``vaswani_lr(step, d_model, warmup=4000)`` and ``warmup_rsqrt_lr(step, peak_lr, warmup)``.
 
-The block checks probe behaviour: the per-token statistics of what a block returns (a Post-LN
+The block checks measure behaviour: the per-token statistics of what a block returns (a Post-LN
 block's tokens leave normalized, a Pre-LN block's residual stream does not), then the output
 against the reference on the same sublayers with norm parameters away from 1 and 0, which tells
 norm1 from norm2. Sublayers and inputs are rebuilt from the seed on each side.
@@ -23,8 +23,8 @@ from addnorm_lib.checks._core import (
     incomplete,
     judged_calls,
     observe,
+    observe_cases,
     passed,
-    probe_cases,
 )
 from addnorm_lib.checks._record import run_check
 
@@ -58,13 +58,16 @@ def block_parts(seed: int = 0):
     rng = np.random.default_rng(seed + 50)
     self_attn = _filled(SelfAttention(D_MODEL, HEADS), rng)
     ffn = _filled(FeedForward(D_MODEL, FFN), rng)
-    norm_state = {f"{norm}.{p}": rng.normal(1.0 if p == "weight" else 0.0, 0.3, D_MODEL)
-                  for norm in ("norm1", "norm2") for p in ("weight", "bias")}  # fmt: skip
+    norm_state = {
+        f"{norm}.{p}": rng.normal(1.0 if p == "weight" else 0.0, 0.3, D_MODEL)
+        for norm in ("norm1", "norm2")
+        for p in ("weight", "bias")
+    }
     x = torch.from_numpy(rng.normal(0.0, 3.0, (2, 5, D_MODEL)))  # (B, T, C), RMS about 3
     return x, self_attn, ffn, norm_state
 
 
-def probe_block(cls, seed: int = 0) -> dict:
+def observe_block(cls, seed: int = 0) -> dict:
     """Build ``cls(self_attn, ffn, d_model)`` on seeded sublayers; record keys and outputs."""
     import torch
 
@@ -89,8 +92,10 @@ def probe_block(cls, seed: int = 0) -> dict:
         with torch.no_grad():
             return block(x.clone())
 
-    return {name: observe(step, (), {}) for name, step in
-            [("keys", keys), ("fresh", fresh_output), ("loaded", loaded_output)]}  # fmt: skip
+    return {
+        name: observe(step, (), {})
+        for name, step in [("keys", keys), ("fresh", fresh_output), ("loaded", loaded_output)]
+    }
 
 
 def _token_statistics(y: np.ndarray) -> tuple[float, float]:
@@ -112,36 +117,48 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
         if observation.not_implemented:
             fail(f"{name} is not implemented yet: replace the stub with your code.")
         if observation.error:
-            fail(f"{name}(self_attn, ffn, d_model={D_MODEL}) raised {observation.error}\n"
-                 f"Hint: {BLOCK_KEYS_HINT}")  # fmt: skip
+            fail(
+                f"{name}(self_attn, ffn, d_model={D_MODEL}) raised {observation.error}\n"
+                f"Hint: {BLOCK_KEYS_HINT}"
+            )
     reference_cls = placement.PostLNBlock if post else placement.PreLNBlock
     x, self_attn, ffn, norm_state = block_parts(seed)
     reference = reference_cls(self_attn, ffn, D_MODEL).double()
     expected_keys = sorted(reference.state_dict())
     if observations["keys"].value != expected_keys:
         mine = [k for k in observations["keys"].value if "norm" in k]
-        fail(f"{name}'s state_dict has the norm parameters {mine}; expected norm1.weight, "
-             f"norm1.bias, norm2.weight, norm2.bias next to the sublayers' parameters.\n"
-             f"Hint: {BLOCK_KEYS_HINT}")  # fmt: skip
+        fail(
+            f"{name}'s state_dict has the norm parameters {mine}; expected norm1.weight, "
+            f"norm1.bias, norm2.weight, norm2.bias next to the sublayers' parameters.\n"
+            f"Hint: {BLOCK_KEYS_HINT}"
+        )
     checked = ["keeps the sublayers and names its norms norm1 and norm2"]
 
     fresh = np.asarray(observations["fresh"].value)
     if fresh.shape != tuple(x.shape):
-        fail(f"{name} returned shape {fresh.shape} for a (B, T, C) = {tuple(x.shape)} input; a "
-             "block keeps the shape.")  # fmt: skip
+        fail(
+            f"{name} returned shape {fresh.shape} for a (B, T, C) = {tuple(x.shape)} input; a "
+            "block keeps the shape."
+        )
     mean_error, var_error = _token_statistics(fresh)
-    described = (f"a (B, T, C) = {tuple(x.shape)} input of RMS about 3, norms freshly "
-                 "initialized (weight 1, bias 0)")  # fmt: skip
+    described = (
+        f"a (B, T, C) = {tuple(x.shape)} input of RMS about 3, norms freshly "
+        "initialized (weight 1, bias 0)"
+    )
     if post and (mean_error > 1e-6 or var_error > 1e-3):
-        fail(f"{name}, on {described}: its output tokens are not normalized (per-token mean up to "
-             f"{mean_error:.3g} from 0, variance up to {var_error:.3g} from 1). A Post-LN block "
-             "ends with a LayerNorm of the sum, so every token leaves it with mean 0 and variance "
-             f"1 (before the norm's affine).\nHint: {mistakes.placement._POST}")  # fmt: skip
+        fail(
+            f"{name}, on {described}: its output tokens are not normalized (per-token mean up to "
+            f"{mean_error:.3g} from 0, variance up to {var_error:.3g} from 1). A Post-LN block "
+            "ends with a LayerNorm of the sum, so every token leaves it with mean 0 and variance "
+            f"1 (before the norm's affine).\nHint: {mistakes.placement._POST}"
+        )
     if not post and var_error < 1e-2:
-        fail(f"{name}, on {described}: every output token has variance 1, so your block "
-             "normalizes the residual stream. In Pre-LN only the sublayers' inputs are "
-             "normalized; the stream carries x plus the sublayers' outputs, unnormalized.\n"
-             f"Hint: {mistakes.placement._PRE}")  # fmt: skip
+        fail(
+            f"{name}, on {described}: every output token has variance 1, so your block "
+            "normalizes the residual stream. In Pre-LN only the sublayers' inputs are "
+            "normalized; the stream carries x plus the sublayers' outputs, unnormalized.\n"
+            f"Hint: {mistakes.placement._PRE}"
+        )
     checked.append(
         "per-token statistics of the output: normalized"
         if post
@@ -155,33 +172,46 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
         expected = reference(x).numpy()
     norms = (reference.norm1, reference.norm2)
     known = mistakes.POST_LN_BLOCK_MISTAKES if post else mistakes.PRE_LN_BLOCK_MISTAKES
-    compare(observations["loaded"].value, expected, name=name, what="the output",
-            case=Case(f"{described.split(', norms')[0]}, norm1 and norm2 loaded with different "
-                      "weights and biases", (), atol=1e-10, rtol=1e-8),
-            mistakes=known, mistake_args=(x, self_attn, ffn, *norms),
-            type_name=observations["loaded"].type_name)  # fmt: skip
+    compare(
+        observations["loaded"].value,
+        expected,
+        name=name,
+        what="the output",
+        case=Case(
+            f"{described.split(', norms')[0]}, norm1 and norm2 loaded with different "
+            "weights and biases",
+            (),
+            atol=1e-10,
+            rtol=1e-8,
+        ),
+        mistakes=known,
+        mistake_args=(x, self_attn, ffn, *norms),
+        type_name=observations["loaded"].type_name,
+    )
     checked.append("matches the reference with norm1 and norm2 set apart")
     return passed(name, checked)
 
 
 def judge_post_ln_block(observations: dict, seed: int = 0) -> str:
+    """Judge a recorded Post-LN block: norm names, normalized output tokens, then the output."""
     return _judge_block(observations, seed, post=True)
 
 
 def judge_pre_ln_block(observations: dict, seed: int = 0) -> str:
+    """Judge a recorded Pre-LN block: norm names, an unnormalized stream, then the output."""
     return _judge_block(observations, seed, post=False)
 
 
 def check_post_ln_block(cls, seed: int = 0) -> None:
     """Check a learner's ``PostLNBlock(self_attn, ffn, d_model)``."""
     __tracebackhide__ = True
-    run_check("check_post_ln_block", probe_block, judge_post_ln_block, cls, seed)
+    run_check("check_post_ln_block", observe_block, judge_post_ln_block, cls, seed)
 
 
 def check_pre_ln_block(cls, seed: int = 0) -> None:
     """Check a learner's ``PreLNBlock(self_attn, ffn, d_model)``."""
     __tracebackhide__ = True
-    run_check("check_pre_ln_block", probe_block, judge_pre_ln_block, cls, seed)
+    run_check("check_pre_ln_block", observe_block, judge_pre_ln_block, cls, seed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -198,14 +228,19 @@ def stack_parts(seed: int = 0):
     from addnorm_lib.transformer.sublayers import FeedForward, SelfAttention
 
     rng = np.random.default_rng(seed + 51)
-    layers = [_filled(ParallelBlock(SelfAttention(D_MODEL, HEADS), FeedForward(D_MODEL, FFN),
-                                    D_MODEL), rng) for _ in range(STACK_DEPTH)]  # fmt: skip
+    layers = [
+        _filled(
+            ParallelBlock(SelfAttention(D_MODEL, HEADS), FeedForward(D_MODEL, FFN), D_MODEL), rng
+        )
+        for _ in range(STACK_DEPTH)
+    ]
     norm = _filled(torch.nn.LayerNorm(D_MODEL), rng)
     x = torch.from_numpy(rng.normal(0.0, 2.0, (2, 4, D_MODEL)))
     return x, layers, norm
 
 
-def probe_pre_ln_stack(cls, seed: int = 0) -> dict:
+def observe_pre_ln_stack(cls, seed: int = 0) -> dict:
+    """Build ``cls(layers, norm)`` from :func:`stack_parts`; record its state_dict keys, output."""
     import torch
 
     def keys():
@@ -221,6 +256,10 @@ def probe_pre_ln_stack(cls, seed: int = 0) -> dict:
 
 
 def judge_pre_ln_stack(observations: dict, seed: int = 0) -> str:
+    """Compare a recorded ``PreLNStack`` with the reference: state_dict keys, then the output.
+
+    Raises CheckFailed naming the mistake; else returns the summary of what passed.
+    """
     __tracebackhide__ = True
     import torch
 
@@ -237,46 +276,71 @@ def judge_pre_ln_stack(observations: dict, seed: int = 0) -> str:
     x, layers, norm = stack_parts(seed)
     reference = placement.PreLNStack(layers, norm)
     if observations["keys"].value != sorted(reference.state_dict()):
-        fail(f"{name}'s state_dict does not hold its layers' and its norm's parameters as "
-             "layers.0..., layers.1..., norm...: keep the layers in an nn.ModuleList named "
-             "self.layers and the norm as self.norm (as torch.nn.TransformerEncoder), so that "
-             "an optimizer sees them.")  # fmt: skip
+        fail(
+            f"{name}'s state_dict does not hold its layers' and its norm's parameters as "
+            "layers.0..., layers.1..., norm...: keep the layers in an nn.ModuleList named "
+            "self.layers and the norm as self.norm (as torch.nn.TransformerEncoder), so that "
+            "an optimizer sees them."
+        )
     with torch.no_grad():
         expected = reference(x).numpy()
-    compare(observations["output"].value, expected, name=name, what="the output",
-            case=Case(f"{STACK_DEPTH} layers and a LayerNorm on a (B, T, C) = {tuple(x.shape)} "
-                      "input", (), atol=1e-10, rtol=1e-8),
-            mistakes=mistakes.PRE_LN_STACK_MISTAKES, mistake_args=(x, layers, norm),
-            type_name=observations["output"].type_name)  # fmt: skip
-    return passed(name, ["registers its layers and its norm (state_dict keys as torch's)",
-                         "applies the layers in order, then the final norm once"])  # fmt: skip
+    compare(
+        observations["output"].value,
+        expected,
+        name=name,
+        what="the output",
+        case=Case(
+            f"{STACK_DEPTH} layers and a LayerNorm on a (B, T, C) = {tuple(x.shape)} input",
+            (),
+            atol=1e-10,
+            rtol=1e-8,
+        ),
+        mistakes=mistakes.PRE_LN_STACK_MISTAKES,
+        mistake_args=(x, layers, norm),
+        type_name=observations["output"].type_name,
+    )
+    return passed(
+        name,
+        [
+            "registers its layers and its norm (state_dict keys as torch's)",
+            "applies the layers in order, then the final norm once",
+        ],
+    )
 
 
 def check_pre_ln_stack(cls, seed: int = 0) -> None:
     """Check a learner's ``PreLNStack(layers, norm)``."""
     __tracebackhide__ = True
-    run_check("check_pre_ln_stack", probe_pre_ln_stack, judge_pre_ln_stack, cls, seed)
+    run_check("check_pre_ln_stack", observe_pre_ln_stack, judge_pre_ln_stack, cls, seed)
 
 
 # ----------------------------------------------------------------------------------------------
 # vaswani_lr(step, d_model, warmup) and warmup_rsqrt_lr(step, peak_lr, warmup)
 
-VASWANI_CALLS = ((1, 512, 4000), (100, 512, 4000), (3999, 512, 4000), (4000, 512, 4000),
-                 (4001, 512, 4000), (100_000, 512, 4000), (50, 64, 10), (7, 1024, 1))  # fmt: skip
-RSQRT_CALLS = ((1, 1e-3, 100), (50, 1e-3, 100), (100, 1e-3, 100), (400, 1e-3, 100),
-               (10_000, 3e-4, 1000), (5, 0.1, 1))  # fmt: skip
+# (step, d_model, warmup): around the peak of the paper's setting, then two other settings
+VASWANI_CALLS = [(step, 512, 4000) for step in (1, 100, 3999, 4000, 4001, 100_000)]
+VASWANI_CALLS += [(50, 64, 10), (7, 1024, 1)]
+# (step, peak_lr, warmup)
+RSQRT_CALLS = [(step, 1e-3, 100) for step in (1, 50, 100, 400)]
+RSQRT_CALLS += [(10_000, 3e-4, 1000), (5, 0.1, 1)]
 
 
 def _schedule_cases(calls, names) -> list[Case]:
-    return [Case(", ".join(f"{n}={v!r}" for n, v in zip(names, call, strict=True)), call,
-                 atol=0.0, rtol=1e-9) for call in calls]  # fmt: skip
+    """One exact Case per call, described as ``name=value, ...``."""
+    cases = []
+    for call in calls:
+        description = ", ".join(f"{n}={v!r}" for n, v in zip(names, call, strict=True))
+        cases.append(Case(description, call, atol=0.0, rtol=1e-9))
+    return cases
 
 
 def vaswani_cases(seed: int = 0) -> list[Case]:
+    """The calls ``(step, d_model, warmup)`` checked; fixed steps, so ``seed`` changes nothing."""
     return _schedule_cases(VASWANI_CALLS, ("step", "d_model", "warmup"))
 
 
 def rsqrt_cases(seed: int = 0) -> list[Case]:
+    """The calls ``(step, peak_lr, warmup)`` checked; fixed steps, so ``seed`` changes nothing."""
     return _schedule_cases(RSQRT_CALLS, ("step", "peak_lr", "warmup"))
 
 
@@ -297,41 +361,60 @@ def _judge_schedule(name, cases, reference, observations, known=()) -> str:
     return passed(name, [f"{name}({case.description})" for case in cases])
 
 
-def probe_vaswani_lr(vaswani_lr, seed: int = 0) -> list[Observation]:
-    return probe_cases(vaswani_lr, vaswani_cases(seed), ())
+def observe_vaswani_lr(vaswani_lr, seed: int = 0) -> list[Observation]:
+    """Observe ``vaswani_lr`` on each case of :func:`vaswani_cases`."""
+    return observe_cases(vaswani_lr, vaswani_cases(seed), ())
 
 
 def judge_vaswani_lr(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``vaswani_lr`` values with the reference; each must be a float."""
     __tracebackhide__ = True
     from addnorm_lib.reference import mistakes, placement
 
-    return _judge_schedule("vaswani_lr", vaswani_cases(seed), placement.vaswani_lr, observations,
-                           mistakes.VASWANI_LR_MISTAKES)  # fmt: skip
+    return _judge_schedule(
+        "vaswani_lr",
+        vaswani_cases(seed),
+        placement.vaswani_lr,
+        observations,
+        mistakes.VASWANI_LR_MISTAKES,
+    )
 
 
-def probe_warmup_rsqrt_lr(warmup_rsqrt_lr, seed: int = 0) -> list[Observation]:
-    return probe_cases(warmup_rsqrt_lr, rsqrt_cases(seed), ())
+def observe_warmup_rsqrt_lr(warmup_rsqrt_lr, seed: int = 0) -> list[Observation]:
+    """Observe ``warmup_rsqrt_lr`` on each case of :func:`rsqrt_cases`."""
+    return observe_cases(warmup_rsqrt_lr, rsqrt_cases(seed), ())
 
 
 def judge_warmup_rsqrt_lr(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``warmup_rsqrt_lr`` values with the reference; each must be a float."""
     __tracebackhide__ = True
     from addnorm_lib.reference import mistakes, placement
 
-    return _judge_schedule("warmup_rsqrt_lr", rsqrt_cases(seed), placement.warmup_rsqrt_lr,
-                           observations, mistakes.WARMUP_RSQRT_LR_MISTAKES)  # fmt: skip
+    return _judge_schedule(
+        "warmup_rsqrt_lr",
+        rsqrt_cases(seed),
+        placement.warmup_rsqrt_lr,
+        observations,
+        mistakes.WARMUP_RSQRT_LR_MISTAKES,
+    )
 
 
 def check_vaswani_lr(vaswani_lr, seed: int = 0) -> None:
     """Check a learner's ``vaswani_lr(step, d_model, warmup=4000)`` at chosen steps."""
     __tracebackhide__ = True
-    run_check("check_vaswani_lr", probe_vaswani_lr, judge_vaswani_lr, vaswani_lr, seed)
+    run_check("check_vaswani_lr", observe_vaswani_lr, judge_vaswani_lr, vaswani_lr, seed)
 
 
 def check_warmup_rsqrt_lr(warmup_rsqrt_lr, seed: int = 0) -> None:
     """Check a learner's ``warmup_rsqrt_lr(step, peak_lr, warmup)`` at chosen steps."""
     __tracebackhide__ = True
-    run_check("check_warmup_rsqrt_lr", probe_warmup_rsqrt_lr, judge_warmup_rsqrt_lr,
-              warmup_rsqrt_lr, seed)  # fmt: skip
+    run_check(
+        "check_warmup_rsqrt_lr",
+        observe_warmup_rsqrt_lr,
+        judge_warmup_rsqrt_lr,
+        warmup_rsqrt_lr,
+        seed,
+    )
 
 
 JUDGES = {

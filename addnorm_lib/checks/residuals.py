@@ -6,10 +6,10 @@ The functions under check (signatures of :mod:`addnorm_lib.reference.residuals`)
 - ``residual_block_backward(dy, x, W1, b1, W2) -> (dx, dW1, db1, dW2)`` and the plain one;
 - ``stack_gradient_norms(x, params, dy, residual=True) -> norms``, shape (L + 1,).
 
-As in :mod:`addnorm_lib.checks.layernorm`, each check is a probe (runs the learner's code, records
-plain data) and a judge (compares with the reference, names known mistakes). The references
-(``addnorm_lib.reference.residuals``, ``addnorm_lib.reference.mistakes``) are imported by judges
-only.
+As in :mod:`addnorm_lib.checks.layernorm`, each check observes (runs the learner's code,
+records plain data) and judges (compares with the reference, names known mistakes). The
+references (``addnorm_lib.reference.residuals``, ``addnorm_lib.reference.mistakes``) are imported
+by judges only.
 """
 
 import numpy as np
@@ -20,8 +20,8 @@ from addnorm_lib.checks._core import (
     compare,
     compare_tuple,
     judged_calls,
+    observe_cases,
     passed,
-    probe_cases,
 )
 from addnorm_lib.checks._record import run_check
 
@@ -50,13 +50,26 @@ def block_cases(seed: int = 0) -> list[Case]:
 
     return [
         case("a 2-D (N, C) = (4, 5) input with square weights (H = C = 5)", (4, 5), 5),
-        case("a 2-D (N, C) = (3, 4) input with hidden width H = 7", (3, 4), 7,
-             hint="W1 has shape (C, H) and W2 has shape (H, C): y = x + relu(x @ W1 + b1) @ W2."),
-        case("a 3-D (B, T, C) = (2, 3, 4) input, H = 6", (2, 3, 4), 6,
-             hint="x may have any number of leading axes: x @ W1 works on the last one."),
-        case("a (6, 4) input whose pre-activations are mostly negative (b1 around -1)", (6, 4), 5,
-             bias=-1.0, hint="relu(z) = max(z, 0) zeroes the negative pre-activations."),
-    ]  # fmt: skip
+        case(
+            "a 2-D (N, C) = (3, 4) input with hidden width H = 7",
+            (3, 4),
+            7,
+            hint="W1 has shape (C, H) and W2 has shape (H, C): y = x + relu(x @ W1 + b1) @ W2.",
+        ),
+        case(
+            "a 3-D (B, T, C) = (2, 3, 4) input, H = 6",
+            (2, 3, 4),
+            6,
+            hint="x may have any number of leading axes: x @ W1 works on the last one.",
+        ),
+        case(
+            "a (6, 4) input whose pre-activations are mostly negative (b1 around -1)",
+            (6, 4),
+            5,
+            bias=-1.0,
+            hint="relu(z) = max(z, 0) zeroes the negative pre-activations.",
+        ),
+    ]
 
 
 def backward_cases(seed: int = 0) -> list[Case]:
@@ -69,40 +82,47 @@ def backward_cases(seed: int = 0) -> list[Case]:
 
     return [
         case("a 2-D (N, C) = (4, 5) input with square weights (H = C = 5)", (4, 5), 5),
-        case("a 2-D (N, C) = (3, 4) input with hidden width H = 7", (3, 4), 7,
-             hint="Check each gradient's shape against its parameter: dW1 (C, H), db1 (H,), "
-             "dW2 (H, C), dx like x."),
+        case(
+            "a 2-D (N, C) = (3, 4) input with hidden width H = 7",
+            (3, 4),
+            7,
+            hint="Check each gradient's shape against its parameter: dW1 (C, H), db1 (H,), "
+            "dW2 (H, C), dx like x.",
+        ),
         case("a 3-D (B, T, C) = (2, 3, 4) input, H = 6", (2, 3, 4), 6, hint=LEADING_AXES_HINT),
-    ]  # fmt: skip
+    ]
+
+
+#: (description, shape of x, H, L, residual) of each stack checked
+STACKS = (
+    ("a stack of 4 residual blocks on a (3, 4) input, H = 6", (3, 4), 6, 4, True),
+    ("a stack of 4 plain blocks (residual=False) on a (3, 4) input, H = 6", (3, 4), 6, 4, False),
+    ("a stack of 6 residual blocks on a 3-D (2, 3, 5) input, H = 5", (2, 3, 5), 5, 6, True),
+    ("a single plain block (L = 1) on a (2, 4) input, H = 3", (2, 4), 3, 1, False),
+)
 
 
 def stack_cases(seed: int = 0) -> list[Case]:
-    """Inputs (x, params, dy) and ``residual`` for ``stack_gradient_norms``."""
+    """Inputs (x, params, dy) and ``residual`` for ``stack_gradient_norms``, one per STACKS row."""
     rng = np.random.default_rng(seed + 12)
-
-    def case(description, shape, hidden, depth, residual, hint=""):
+    blocks_hint = "Check your blocks and their backward passes first: the stack is built from them."
+    count_hint = "With L blocks there are L + 1 norms: at h_0 = x, ..., at h_L (norm of dy)."
+    cases = []
+    for description, shape, hidden, depth, residual in STACKS:
         x, dy = rng.normal(size=shape), rng.normal(size=shape)
         params = [_weights(rng, shape[-1], hidden) for _ in range(depth)]
-        return Case(description, (x, params, dy), {"residual": residual}, hint=hint)
-
-    hint = "Check your blocks and their backward passes first: the stack is built from them."
-    return [
-        case("a stack of 4 residual blocks on a (3, 4) input, H = 6", (3, 4), 6, 4, True, hint),
-        case("a stack of 4 plain blocks (residual=False) on a (3, 4) input, H = 6", (3, 4), 6, 4,
-             False, hint),
-        case("a stack of 6 residual blocks on a 3-D (2, 3, 5) input, H = 5", (2, 3, 5), 5, 6,
-             True, hint),
-        case("a single plain block (L = 1) on a (2, 4) input, H = 3", (2, 4), 3, 1, False,
-             "With L blocks there are L + 1 norms: at h_0 = x, ..., at h_L (norm of dy)."),
-    ]  # fmt: skip
+        hint = count_hint if depth == 1 else blocks_hint
+        cases.append(Case(description, (x, params, dy), {"residual": residual}, hint=hint))
+    return cases
 
 
 # ----------------------------------------------------------------------------------------------
 # Forward blocks
 
 
-def probe_block(block, seed: int = 0) -> list[Observation]:
-    return probe_cases(block, block_cases(seed), ("x", "W1", "b1", "W2"))
+def observe_block(block, seed: int = 0) -> list[Observation]:
+    """Run a learner's block (residual or plain) on every case of :func:`block_cases`; record it."""
+    return observe_cases(block, block_cases(seed), ("x", "W1", "b1", "W2"))
 
 
 def _judge_block(name: str, observations: list[Observation], seed: int, residual: bool) -> str:
@@ -114,38 +134,54 @@ def _judge_block(name: str, observations: list[Observation], seed: int, residual
     known = mistakes.RESIDUAL_BLOCK_MISTAKES if residual else mistakes.PLAIN_BLOCK_MISTAKES
     cases = block_cases(seed)
     for case, observation, y in judged_calls(name, cases, observations):
-        compare(y, reference(*case.args), name=name, what="the output", case=case,
-                mistakes=known, mistake_args=case.args,
-                type_name=observation.type_name)  # fmt: skip
+        compare(
+            y,
+            reference(*case.args),
+            name=name,
+            what="the output",
+            case=case,
+            mistakes=known,
+            mistake_args=case.args,
+            type_name=observation.type_name,
+        )
     return passed(name, [case.description for case in cases])
 
 
 def judge_residual_block(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``residual_block`` results with the reference; name known mistakes.
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     return _judge_block("residual_block", observations, seed, residual=True)
 
 
 def judge_plain_block(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``plain_block`` results with the reference; name known mistakes.
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     return _judge_block("plain_block", observations, seed, residual=False)
 
 
 def check_residual_block(residual_block, seed: int = 0) -> None:
     """Check a learner's ``residual_block(x, W1, b1, W2) -> x + relu(x W1 + b1) W2``."""
     __tracebackhide__ = True
-    run_check("check_residual_block", probe_block, judge_residual_block, residual_block, seed)
+    run_check("check_residual_block", observe_block, judge_residual_block, residual_block, seed)
 
 
 def check_plain_block(plain_block, seed: int = 0) -> None:
     """Check a learner's ``plain_block(x, W1, b1, W2) -> relu(x W1 + b1) W2``."""
     __tracebackhide__ = True
-    run_check("check_plain_block", probe_block, judge_plain_block, plain_block, seed)
+    run_check("check_plain_block", observe_block, judge_plain_block, plain_block, seed)
 
 
 # ----------------------------------------------------------------------------------------------
 # Backward passes
 
 
-def probe_block_backward(backward, seed: int = 0) -> list[Observation]:
-    return probe_cases(backward, backward_cases(seed), ("dy", "x", "W1", "b1", "W2"))
+def observe_block_backward(backward, seed: int = 0) -> list[Observation]:
+    """Run a learner's block backward pass on every case of :func:`backward_cases`; record it."""
+    return observe_cases(backward, backward_cases(seed), ("dy", "x", "W1", "b1", "W2"))
 
 
 def _judge_backward(name: str, observations: list[Observation], seed: int, residual: bool) -> str:
@@ -157,42 +193,74 @@ def _judge_backward(name: str, observations: list[Observation], seed: int, resid
     known = mistakes.RESIDUAL_BACKWARD_MISTAKES if residual else mistakes.PLAIN_BACKWARD_MISTAKES
     cases = backward_cases(seed)
     for case, observation, grads in judged_calls(name, cases, observations):
-        compare_tuple(observation, grads, reference(*case.args), name=name, names=GRADIENTS,
-                      case=case, mistakes=known, mistake_args=case.args)  # fmt: skip
+        compare_tuple(
+            observation,
+            grads,
+            reference(*case.args),
+            name=name,
+            names=GRADIENTS,
+            case=case,
+            mistakes=known,
+            mistake_args=case.args,
+        )
     return passed(name, [case.description for case in cases])
 
 
 def judge_residual_block_backward(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``residual_block_backward`` results with the reference; name known mistakes.
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     return _judge_backward("residual_block_backward", observations, seed, residual=True)
 
 
 def judge_plain_block_backward(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``plain_block_backward`` results with the reference; name known mistakes.
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     return _judge_backward("plain_block_backward", observations, seed, residual=False)
 
 
 def check_residual_block_backward(residual_block_backward, seed: int = 0) -> None:
     """Check a learner's ``residual_block_backward(dy, x, W1, b1, W2) -> (dx, dW1, db1, dW2)``."""
     __tracebackhide__ = True
-    run_check("check_residual_block_backward", probe_block_backward,
-              judge_residual_block_backward, residual_block_backward, seed)  # fmt: skip
+    run_check(
+        "check_residual_block_backward",
+        observe_block_backward,
+        judge_residual_block_backward,
+        residual_block_backward,
+        seed,
+    )
 
 
 def check_plain_block_backward(plain_block_backward, seed: int = 0) -> None:
     """Check a learner's ``plain_block_backward(dy, x, W1, b1, W2) -> (dx, dW1, db1, dW2)``."""
     __tracebackhide__ = True
-    run_check("check_plain_block_backward", probe_block_backward, judge_plain_block_backward,
-              plain_block_backward, seed)  # fmt: skip
+    run_check(
+        "check_plain_block_backward",
+        observe_block_backward,
+        judge_plain_block_backward,
+        plain_block_backward,
+        seed,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # Gradient norms through a stack
 
 
-def probe_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> list[Observation]:
-    return probe_cases(stack_gradient_norms, stack_cases(seed), ("x", "params", "dy"))
+def observe_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> list[Observation]:
+    """Observe ``stack_gradient_norms`` on each case of :func:`stack_cases`."""
+    return observe_cases(stack_gradient_norms, stack_cases(seed), ("x", "params", "dy"))
 
 
 def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``stack_gradient_norms`` results with the reference; name known mistakes.
+
+    A list of floats counts as an array. Raises CheckFailed at the first wrong result; else returns
+    the summary of what passed.
+    """
     __tracebackhide__ = True
     from addnorm_lib.reference import mistakes
     from addnorm_lib.reference import residuals as blocks
@@ -202,18 +270,29 @@ def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -
         if isinstance(norms, list):  # a list of floats is fine
             norms = np.asarray(norms, dtype=np.float64)
         expected = blocks.stack_gradient_norms(*case.args, **case.kwargs)
-        compare(norms, expected, name="stack_gradient_norms", what="the array of norms", case=case,
-                mistakes=mistakes.STACK_NORMS_MISTAKES,
-                mistake_args=(*case.args, case.kwargs["residual"]),
-                type_name=observation.type_name)  # fmt: skip
+        compare(
+            norms,
+            expected,
+            name="stack_gradient_norms",
+            what="the array of norms",
+            case=case,
+            mistakes=mistakes.STACK_NORMS_MISTAKES,
+            mistake_args=(*case.args, case.kwargs["residual"]),
+            type_name=observation.type_name,
+        )
     return passed("stack_gradient_norms", [case.description for case in cases])
 
 
 def check_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> None:
     """Check a learner's ``stack_gradient_norms(x, params, dy, residual=True)``: (L + 1,) norms."""
     __tracebackhide__ = True
-    run_check("check_stack_gradient_norms", probe_stack_gradient_norms,
-              judge_stack_gradient_norms, stack_gradient_norms, seed)  # fmt: skip
+    run_check(
+        "check_stack_gradient_norms",
+        observe_stack_gradient_norms,
+        judge_stack_gradient_norms,
+        stack_gradient_norms,
+        seed,
+    )
 
 
 JUDGES = {

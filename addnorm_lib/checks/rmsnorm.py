@@ -1,8 +1,8 @@
 """Checkers for the RMSNorm exercise: ``rms_norm``, ``rms_norm_backward`` and a torch module.
 
-Probes and judges as in :mod:`addnorm_lib.checks.layernorm`. The module check compares the
-learner's ``RMSNorm`` with ``torch.nn.RMSNorm`` probed the same way, including float16 and bfloat16
-inputs, which must be computed in float32 and cast back.
+Observed and judged as in :mod:`addnorm_lib.checks.layernorm`. The module check compares the
+learner's ``RMSNorm`` with ``torch.nn.RMSNorm`` observed the same way, including float16 and
+bfloat16 inputs, which must be computed in float32 and cast back.
 """
 
 import contextlib
@@ -19,9 +19,9 @@ from addnorm_lib.checks._core import (
     judge_gradients,
     judged_calls,
     observe,
+    observe_cases,
     passed,
     plain,
-    probe_cases,
 )
 from addnorm_lib.checks._record import run_check
 from addnorm_lib.checks._torch import TORCH_NORM_CALLED, torch_norms_forbidden
@@ -46,22 +46,40 @@ def rms_norm_cases(seed: int = 0) -> list[Case]:
         return Case(description, (x, weight), {"eps": eps}, **options)
 
     return [
-        case("a 2-D (N, C) = (4, 6) float64 input with mean 2", rng.normal(2.0, 1.0, (4, 6)),
-             hint="RMSNorm divides each row of x by sqrt(mean(x**2) + eps), over the last axis."),
-        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", rng.normal(-1.0, 2.0, (2, 3, 5)),
-             hint=SHAPE_HINT),
+        case(
+            "a 2-D (N, C) = (4, 6) float64 input with mean 2",
+            rng.normal(2.0, 1.0, (4, 6)),
+            hint="RMSNorm divides each row of x by sqrt(mean(x**2) + eps), over the last axis.",
+        ),
+        case(
+            "a 3-D (B, T, C) = (2, 3, 5) float64 input",
+            rng.normal(-1.0, 2.0, (2, 3, 5)),
+            hint=SHAPE_HINT,
+        ),
         case("a batch of one, shape (1, 7)", rng.normal(size=(1, 7)), hint=SHAPE_HINT),
-        case("eps=0.1 instead of the default", rng.normal(size=(3, 4)), eps=0.1,
-             hint="Use the eps argument, inside the square root."),
-        case("rows of tiny values (RMS about 1e-3, so the mean square is close to eps=1e-6)",
-             rng.normal(0.0, 1e-3, (3, 8)), hint="eps belongs inside the square root."),
-        case("a float32 (4, 16) input", rng.normal(1.0, 1.0, (4, 16)).astype(np.float32),
-             atol=1e-5, rtol=1e-5),
-    ]  # fmt: skip
+        case(
+            "eps=0.1 instead of the default",
+            rng.normal(size=(3, 4)),
+            eps=0.1,
+            hint="Use the eps argument, inside the square root.",
+        ),
+        case(
+            "rows of tiny values (RMS about 1e-3, so the mean square is close to eps=1e-6)",
+            rng.normal(0.0, 1e-3, (3, 8)),
+            hint="eps belongs inside the square root.",
+        ),
+        case(
+            "a float32 (4, 16) input",
+            rng.normal(1.0, 1.0, (4, 16)).astype(np.float32),
+            atol=1e-5,
+            rtol=1e-5,
+        ),
+    ]
 
 
-def probe_rms_norm(rms_norm, seed: int = 0) -> list[Observation]:
-    return probe_cases(rms_norm, rms_norm_cases(seed), ("x", "weight"))
+def observe_rms_norm(rms_norm, seed: int = 0) -> list[Observation]:
+    """Observe ``rms_norm`` on each case of :func:`rms_norm_cases`."""
+    return observe_cases(rms_norm, rms_norm_cases(seed), ("x", "weight"))
 
 
 def judge_rms_norm(observations: list[Observation], seed: int = 0) -> str:
@@ -74,16 +92,23 @@ def judge_rms_norm(observations: list[Observation], seed: int = 0) -> str:
         x = case.args[0]
         as64 = [a.astype(np.float64) for a in case.args]
         expected = norms.rms_norm(*as64, eps=case.kwargs["eps"]).astype(x.dtype)
-        compare(y, expected, name="rms_norm", what="the output", case=case,
-                mistakes=mistakes.RMS_NORM_MISTAKES, mistake_args=(*case.args, case.kwargs["eps"]),
-                type_name=observation.type_name)  # fmt: skip
+        compare(
+            y,
+            expected,
+            name="rms_norm",
+            what="the output",
+            case=case,
+            mistakes=mistakes.RMS_NORM_MISTAKES,
+            mistake_args=(*case.args, case.kwargs["eps"]),
+            type_name=observation.type_name,
+        )
     return passed("rms_norm", [case.description for case in cases])
 
 
 def check_rms_norm(rms_norm, seed: int = 0) -> None:
     """Check a learner's ``rms_norm(x, weight, eps=1e-6) -> y`` (numpy)."""
     __tracebackhide__ = True
-    run_check("check_rms_norm", probe_rms_norm, judge_rms_norm, rms_norm, seed)
+    run_check("check_rms_norm", observe_rms_norm, judge_rms_norm, rms_norm, seed)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -96,29 +121,44 @@ def rms_norm_backward_cases(seed: int = 0) -> list[Case]:
     return last_axis_backward_cases(np.random.default_rng(seed + 31), 1e-6, hint)
 
 
-def probe_rms_norm_backward(rms_norm_backward, seed: int = 0) -> list[Observation]:
-    return probe_cases(rms_norm_backward, rms_norm_backward_cases(seed), ("dy", "x", "weight"))
+def observe_rms_norm_backward(rms_norm_backward, seed: int = 0) -> list[Observation]:
+    """Observe ``rms_norm_backward`` on each case of :func:`rms_norm_backward_cases`."""
+    return observe_cases(rms_norm_backward, rms_norm_backward_cases(seed), ("dy", "x", "weight"))
 
 
 def judge_rms_norm_backward(observations: list[Observation], seed: int = 0) -> str:
+    """Compare recorded ``rms_norm_backward`` results with the reference; name known mistakes.
+
+    Raises CheckFailed at the first wrong result; else returns the summary of what passed.
+    """
     __tracebackhide__ = True
     from addnorm_lib.reference import mistakes, norms
 
     cases = rms_norm_backward_cases(seed)
     for case, observation, grads in judged_calls("rms_norm_backward", cases, observations):
-        compare_tuple(observation, grads,
-                      norms.rms_norm_backward(*case.args, eps=case.kwargs["eps"]),
-                      name="rms_norm_backward", names=("dx", "dweight"), case=case,
-                      mistakes=mistakes.RMS_NORM_BACKWARD_MISTAKES,
-                      mistake_args=(*case.args, case.kwargs["eps"]))  # fmt: skip
+        compare_tuple(
+            observation,
+            grads,
+            norms.rms_norm_backward(*case.args, eps=case.kwargs["eps"]),
+            name="rms_norm_backward",
+            names=("dx", "dweight"),
+            case=case,
+            mistakes=mistakes.RMS_NORM_BACKWARD_MISTAKES,
+            mistake_args=(*case.args, case.kwargs["eps"]),
+        )
     return passed("rms_norm_backward", [case.description for case in cases])
 
 
 def check_rms_norm_backward(rms_norm_backward, seed: int = 0) -> None:
     """Check a learner's ``rms_norm_backward(dy, x, weight, eps=1e-6) -> (dx, dweight)``."""
     __tracebackhide__ = True
-    run_check("check_rms_norm_backward", probe_rms_norm_backward, judge_rms_norm_backward,
-              rms_norm_backward, seed)  # fmt: skip
+    run_check(
+        "check_rms_norm_backward",
+        observe_rms_norm_backward,
+        judge_rms_norm_backward,
+        rms_norm_backward,
+        seed,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -134,12 +174,20 @@ MODULE_CONFIGS = {
 }
 # half-precision inputs: name -> (dtype name, description, how the input is drawn)
 HALF_INPUTS = {
-    "float16_large": ("float16", "float16 input with values up to about 1000, whose squares "
-                      "overflow float16 (largest value 65504)", 400.0),
-    "float16_small": ("float16", "float16 input of tiny values (RMS about 1e-3, squares below "
-                      "float16's smallest normal number)", 1e-3),
+    "float16_large": (
+        "float16",
+        "float16 input with values up to about 1000, whose squares overflow float16 (largest "
+        "value 65504)",
+        400.0,
+    ),
+    "float16_small": (
+        "float16",
+        "float16 input of tiny values (RMS about 1e-3, squares below float16's smallest normal "
+        "number)",
+        1e-3,
+    ),
     "bfloat16": ("bfloat16", "bfloat16 input", 3.0),
-}  # fmt: skip
+}
 HALF_TOLERANCE = 1e-2  # about 2 units in the last place of bfloat16, 5 of float16 near 1
 
 
@@ -153,8 +201,11 @@ def module_inputs(seed: int = 0) -> dict:
     """Every input of the module check, drawn from the seed before any learner code runs."""
     rng = np.random.default_rng(seed + 32)
     shape = (BATCH, TIME, FEATURES)
-    parameters = {name: rng.uniform(0.5, 2.0, p_shape)
-                  for name, (_, _, p_shape) in MODULE_CONFIGS.items() if p_shape}  # fmt: skip
+    parameters = {
+        name: rng.uniform(0.5, 2.0, p_shape)
+        for name, (_, _, p_shape) in MODULE_CONFIGS.items()
+        if p_shape
+    }
     return {
         "x": rng.normal(1.0, 2.0, shape),
         "x32": rng.normal(size=shape).astype(np.float32),
@@ -168,7 +219,7 @@ def _plain_attribute(value):
     return value if isinstance(value, str | bool | int | float | None) else plain(value)
 
 
-def probe_rms_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
+def observe_rms_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
     """Exercise an RMSNorm class the way the judge needs; record every result as plain data."""
     import torch
 
@@ -188,8 +239,10 @@ def probe_rms_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -
 
     def describe(config):
         module = construct(config)
-        attributes = {a: getattr(module, a, "<missing>") for a in
-                      ("normalized_shape", "eps", "elementwise_affine")}  # fmt: skip
+        attributes = {
+            a: getattr(module, a, "<missing>")
+            for a in ("normalized_shape", "eps", "elementwise_affine")
+        }
         state = module.state_dict()
         return {
             "is_module": isinstance(module, torch.nn.Module),
@@ -243,32 +296,42 @@ def _judge_describe(observation: Observation, config: str) -> None:
     if observation.not_implemented:
         fail(f"{call} is not implemented yet: replace the stub with your code.")
     if observation.error:
-        fail(f"{call} raised {observation.error}\nHint: the constructor mirrors "
-             "torch.nn.RMSNorm(normalized_shape, eps=None, elementwise_affine=True).")  # fmt: skip
+        fail(
+            f"{call} raised {observation.error}\nHint: the constructor mirrors "
+            "torch.nn.RMSNorm(normalized_shape, eps=None, elementwise_affine=True)."
+        )
     info = observation.value
     if not info["is_module"]:
         fail("RMSNorm must be a torch.nn.Module subclass.")
     if info["subclasses_torch"]:
-        fail("Your RMSNorm subclasses torch.nn.RMSNorm; subclass torch.nn.Module and write the "
-             "math yourself.")  # fmt: skip
+        fail(
+            "Your RMSNorm subclasses torch.nn.RMSNorm; subclass torch.nn.Module and write the "
+            "math yourself."
+        )
     if config == "default":
         expected = {"normalized_shape": [FEATURES], "eps": None, "elementwise_affine": True}
         for attribute, value in expected.items():
             actual = info["attributes"][attribute]
             if actual != value:
                 shown = tuple(value) if isinstance(value, list) else value
-                fail(f"RMSNorm({FEATURES}).{attribute} should be {shown!r} (as in "
-                     f"torch.nn.RMSNorm), but it is {actual!r}.")  # fmt: skip
+                fail(
+                    f"RMSNorm({FEATURES}).{attribute} should be {shown!r} (as in "
+                    f"torch.nn.RMSNorm), but it is {actual!r}."
+                )
     shape = MODULE_CONFIGS[config][2]
     keys = ["weight"] if shape else []
     if sorted(info["state"]) != keys:
-        fail(f"{call}.state_dict() has keys {sorted(info['state'])}, but torch.nn.RMSNorm's are "
-             f"{keys}. RMSNorm has one parameter, weight (no bias); with "
-             "elementwise_affine=False, register_parameter('weight', None).")  # fmt: skip
+        fail(
+            f"{call}.state_dict() has keys {sorted(info['state'])}, but torch.nn.RMSNorm's are "
+            f"{keys}. RMSNorm has one parameter, weight (no bias); with "
+            "elementwise_affine=False, register_parameter('weight', None)."
+        )
     if shape:
         if "weight" not in info["parameters"]:
-            fail(f"{call}.weight is in the state_dict but is not an nn.Parameter: wrap it in "
-                 "nn.Parameter so that an optimizer trains it.")  # fmt: skip
+            fail(
+                f"{call}.weight is in the state_dict but is not an nn.Parameter: wrap it in "
+                "nn.Parameter so that an optimizer trains it."
+            )
         if tuple(info["state"]["weight"]) != shape:
             fail(f"{call}.weight has shape {tuple(info['state']['weight'])}; it should be {shape}.")
         if config == "default" and not np.all(info["initial"]["weight"] == 1):
@@ -276,12 +339,14 @@ def _judge_describe(observation: Observation, config: str) -> None:
 
 
 def _forward_value(observations: dict, key: str, description: str):
-    """The recorded output of one forward probe, or CheckFailed if it raised."""
+    """The recorded output of one observed forward pass, or CheckFailed if it raised."""
     __tracebackhide__ = True
     observation = observations[key]
     if observation.error and TORCH_NORM_CALLED in observation.error:
-        fail("Your RMSNorm calls torch's own normalization function. The point of the exercise is "
-             "to write the math yourself with tensor operations (mean, rsqrt, ...).")  # fmt: skip
+        fail(
+            "Your RMSNorm calls torch's own normalization function. The point of the exercise is "
+            "to write the math yourself with tensor operations (mean, rsqrt, ...)."
+        )
     if observation.not_implemented:
         fail("RMSNorm.forward is not implemented yet: replace the stub with your code.")
     if observation.error:
@@ -319,19 +384,25 @@ def _judge_half(observations: dict, reference: dict, name: str, seed: int) -> No
             f"RMSNorm, on {description}: the output has dtype {mine['dtype']}, but the input was "
             f"{dtype}.\nHint: compute in float32, then cast the result back with .to(x.dtype)."
         )
-    close = np.allclose(mine["value"], theirs["value"], rtol=HALF_TOLERANCE, atol=HALF_TOLERANCE)
-    if close:
+    tolerance = {"rtol": HALF_TOLERANCE, "atol": HALF_TOLERANCE}
+    if np.allclose(mine["value"], theirs["value"], **tolerance):
         return
     variants = _half_variants(name, seed)
-    if np.allclose(mine["value"], variants["half_eps"], rtol=HALF_TOLERANCE, atol=HALF_TOLERANCE):
-        fail(f"RMSNorm, on {description}: with eps=None you used torch.finfo({dtype}).eps. "
-             "torch.nn.RMSNorm computes half-precision inputs in float32 and takes float32's eps "
-             "(about 1.2e-7); float16's (about 1e-3) is large enough to shrink small inputs.\n"
-             "Hint: take torch.finfo of the dtype you compute in.")  # fmt: skip
-    if not np.allclose(mine["value"], variants["no_upcast"], rtol=HALF_TOLERANCE,
-                       atol=HALF_TOLERANCE, equal_nan=True):  # fmt: skip
-        compare(mine["value"], theirs["value"], name="RMSNorm", what="the output",
-                case=Case(description, (), atol=HALF_TOLERANCE, rtol=HALF_TOLERANCE))  # fmt: skip
+    if np.allclose(mine["value"], variants["half_eps"], **tolerance):
+        fail(
+            f"RMSNorm, on {description}: with eps=None you used torch.finfo({dtype}).eps. "
+            "torch.nn.RMSNorm computes half-precision inputs in float32 and takes float32's eps "
+            "(about 1.2e-7); float16's (about 1e-3) is large enough to shrink small inputs.\n"
+            "Hint: take torch.finfo of the dtype you compute in."
+        )
+    if not np.allclose(mine["value"], variants["no_upcast"], **tolerance, equal_nan=True):
+        compare(
+            mine["value"],
+            theirs["value"],
+            name="RMSNorm",
+            what="the output",
+            case=Case(description, (), atol=HALF_TOLERANCE, rtol=HALF_TOLERANCE),
+        )
     fail(
         f"RMSNorm, on {description}: your output matches computing the whole norm in {dtype}. "
         "In half precision, x * x overflows (float16 stops at 65504) or underflows, and the mean "
@@ -341,13 +412,13 @@ def _judge_half(observations: dict, reference: dict, name: str, seed: int) -> No
 
 
 def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
-    """Compare a recorded RMSNorm module with torch.nn.RMSNorm probed the same way."""
+    """Compare a recorded RMSNorm module with torch.nn.RMSNorm observed the same way."""
     __tracebackhide__ = True
     import torch
 
     from addnorm_lib.reference import mistakes
 
-    reference = probe_rms_norm_module(torch.nn.RMSNorm, seed, forbid_torch_norms=False)
+    reference = observe_rms_norm_module(torch.nn.RMSNorm, seed, forbid_torch_norms=False)
     if set(observations) != set(reference):
         incomplete("RMSNorm")
     inputs = module_inputs(seed)
@@ -359,10 +430,16 @@ def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
         eps = MODULE_CONFIGS.get(config, (0, {}))[1].get("eps", np.finfo(np.float64).eps)
         weight = inputs["parameters"].get(config)
         known = mistakes.RMS_NORM_MISTAKES if config in ("default", "eps") else ()
-        compare(observation.value, reference[key].value, name="RMSNorm", what="the output",
-                case=Case(description, (), atol=atol, rtol=1e-6 if atol < 1e-6 else 0.0),
-                mistakes=known, mistake_args=(inputs["x"], weight, eps),
-                type_name=observation.type_name)  # fmt: skip
+        compare(
+            observation.value,
+            reference[key].value,
+            name="RMSNorm",
+            what="the output",
+            case=Case(description, (), atol=atol, rtol=1e-6 if atol < 1e-6 else 0.0),
+            mistakes=known,
+            mistake_args=(inputs["x"], weight, eps),
+            type_name=observation.type_name,
+        )
 
     x_shape = (BATCH, TIME, FEATURES)
     _judge_describe(observations["describe:default"], "default")
@@ -374,22 +451,28 @@ def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
     for name in HALF_INPUTS:
         _judge_half(observations, reference, name, seed)
     checked.append("float16 and bfloat16 inputs: computed in float32, cast back, as torch")
-    judge_gradients(observations["gradients"], reference["gradients"], "RMSNorm",
-                    "a float64 (B, T, C) input")  # fmt: skip
+    judge_gradients(
+        observations["gradients"], reference["gradients"], "RMSNorm", "a float64 (B, T, C) input"
+    )
     checked.append("gradients of input and weight match torch's")
     _judge_describe(observations["describe:eps"], "eps")
     forward("eps", f"{_config_call('eps')} on a {x_shape} input")
     checked.append("uses its eps argument")
     _judge_describe(observations["describe:tuple"], "tuple")
-    forward("tuple", f"normalized_shape=({TIME}, {FEATURES}) on a {x_shape} input (mean square "
-            "over the last two axes)")  # fmt: skip
+    forward(
+        "tuple",
+        f"normalized_shape=({TIME}, {FEATURES}) on a {x_shape} input (mean square "
+        "over the last two axes)",
+    )
     checked.append("a tuple normalized_shape normalizes over the last len(normalized_shape) axes")
     _judge_describe(observations["describe:no_affine"], "no_affine")
     forward("no_affine", f"{_config_call('no_affine')} on a {x_shape} input")
     checked.append("elementwise_affine=False as in torch")
     if observations["round_trip"].error:
-        fail("torch.nn.RMSNorm could not load your module's state_dict: "
-             f"{observations['round_trip'].error}")  # fmt: skip
+        fail(
+            "torch.nn.RMSNorm could not load your module's state_dict: "
+            f"{observations['round_trip'].error}"
+        )
     checked.append("its state_dict loads into torch.nn.RMSNorm")
     return passed("RMSNorm", checked)
 
@@ -402,7 +485,7 @@ def check_rms_norm_module(cls, seed: int = 0) -> None:
     gradients against torch's, and that torch's own norm functions are not called.
     """
     __tracebackhide__ = True
-    run_check("check_rms_norm_module", probe_rms_norm_module, judge_rms_norm_module, cls, seed)
+    run_check("check_rms_norm_module", observe_rms_norm_module, judge_rms_norm_module, cls, seed)
 
 
 JUDGES = {

@@ -97,6 +97,7 @@ class SequenceModel(nn.Module):
         return self.encoder(x)  # (B, T, C)
 
     def forward(self, tokens: Tensor) -> Tensor:
+        """int64 tokens ``(B, T)``, ``T <= seq_len`` -> float32 logits ``(B, T, vocab_size)``."""
         return self.head(self.features(tokens))  # (B, T, V)
 
 
@@ -107,7 +108,7 @@ def relative_output_change(model: SequenceModel, reference: Tensor, tokens: Tens
         model: the model at parameters theta.
         reference: ``F(x; theta_0)``, the output of ``model.features(tokens)`` at the parameters
             theta_0 to compare with, ``(B, T, d_model)``.
-        tokens: int64 ``(B, T)``: the probe batch x.
+        tokens: int64 ``(B, T)``: the batch x.
 
     Returns:
         A Python float (Frobenius norms over the whole batch, computed in float64).
@@ -147,18 +148,18 @@ def train_sequence_model(
 ) -> TrainingRun:
     """Train ``model`` on :func:`reverse_task` with Adam at a constant lr (no warm-up).
 
-    ``seed`` fixes the training batches, the probe batch and the held-out batch (not the model:
+    ``seed`` fixes the training batches, the fixed batch and the held-out batch (not the model:
     seed its construction yourself). The model is trained in place. The output change is
-    measured on a fixed probe batch of ``batch_size`` sequences after each of the first
+    measured on a fixed batch of ``batch_size`` sequences after each of the first
     ``change_steps`` steps (all steps if None; NaN after that): each measurement costs two
     forward passes. Training stops at the first non-finite loss (the rest stays NaN).
     """
     vocab_size, seq_len = model.vocab_size, model.seq_len
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=betas)
     data = torch.Generator().manual_seed(seed)
-    probe, _ = reverse_task(batch_size, seq_len, vocab_size, data)  # (B, T)
+    fixed, _ = reverse_task(batch_size, seq_len, vocab_size, data)  # (B, T)
     with torch.no_grad():
-        reference = model.features(probe)  # (B, T, C): F(x; theta_0)
+        reference = model.features(fixed)  # (B, T, C): F(x; theta_0)
     losses = np.full(steps, np.nan)
     change = np.full(steps, np.nan)
     for step in range(steps):
@@ -172,7 +173,7 @@ def train_sequence_model(
         opt.step()
         losses[step] = loss.item()
         if change_steps is None or step < change_steps:
-            change[step] = relative_output_change(model, reference, probe)
+            change[step] = relative_output_change(model, reference, fixed)
     tokens, targets = reverse_task(512, seq_len, vocab_size, data)  # (512, T) held out
     with torch.no_grad():
         logits = model(tokens)  # (512, T, V)

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from addnorm_lib import lookup
+
 __all__ = [
     "ACTIVATIONS",
     "INITS",
@@ -67,12 +69,14 @@ def set_seed(seed: int) -> None:
 
 
 def init_linear(layer: nn.Linear, init: str, scale: float = 1.0) -> None:
-    """Normal weights with std ``scale * INITS[init](fan_in, fan_out)``; zero bias. In place."""
-    if init not in INITS:
-        raise ValueError(f"init must be one of {sorted(INITS)}, got {init!r}")
+    """Normal weights with std ``scale * INITS[init](fan_in, fan_out)``; zero bias. In place.
+
+    ``init`` is a name in :data:`INITS`; any other raises ValueError.
+    """
+    std = lookup(INITS, init, "init")
     fan_out, fan_in = layer.weight.shape  # torch stores (out_features, in_features)
     with torch.no_grad():
-        layer.weight.normal_(0.0, scale * INITS[init](fan_in, fan_out))
+        layer.weight.normal_(0.0, scale * std(fan_in, fan_out))
         if layer.bias is not None:
             layer.bias.zero_()
 
@@ -88,24 +92,32 @@ class ResidualBlock(nn.Module):
     Shapes: x (..., C) -> y (..., C).
     """
 
-    def __init__(self, width: int, hidden: int | None = None, activation: str = "relu",
-                 shortcut: float | None = 1.0):  # fmt: skip
+    def __init__(
+        self,
+        width: int,
+        hidden: int | None = None,
+        activation: str = "relu",
+        shortcut: float | None = 1.0,
+    ):
         super().__init__()
         hidden = hidden or width
         self.linear1 = nn.Linear(width, hidden)
-        self.activation = ACTIVATIONS[activation]()
+        self.activation = lookup(ACTIVATIONS, activation, "activation")()
         self.linear2 = nn.Linear(hidden, width, bias=False)
         self.shortcut = shortcut
 
     def branch(self, x: Tensor) -> Tensor:
+        """The residual branch alone, ``act(x W1 + b1) W2``: (..., C) -> (..., C)."""
         return self.linear2(self.activation(self.linear1(x)))  # (..., C)
 
     def forward(self, x: Tensor) -> Tensor:
+        """``shortcut * x + branch(x)``, or ``branch(x)`` without one: (..., C) -> (..., C)."""
         if self.shortcut is None:
             return self.branch(x)
         return self.shortcut * x + self.branch(x)
 
     def extra_repr(self) -> str:
+        """The shortcut scale, shown in the module's repr."""
         return f"shortcut={self.shortcut}"
 
 
@@ -128,22 +140,30 @@ class DeepMLP(nn.Module):
             ``1 / sqrt(depth)`` keeps the residual stream from growing with depth).
     """
 
-    def __init__(self, in_features: int, width: int, out_features: int, depth: int,
-                 activation: str = "relu", init: str = "he", weight_scale: float = 1.0,
-                 residual: bool = False, shortcut: float = 1.0,
-                 branch_scale: float = 1.0):  # fmt: skip
+    def __init__(
+        self,
+        in_features: int,
+        width: int,
+        out_features: int,
+        depth: int,
+        activation: str = "relu",
+        init: str = "he",
+        weight_scale: float = 1.0,
+        residual: bool = False,
+        shortcut: float = 1.0,
+        branch_scale: float = 1.0,
+    ):
         super().__init__()
         if depth < 1:
             raise ValueError(f"depth must be at least 1, got {depth}")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        act = lookup(ACTIVATIONS, activation, "activation")
         self.read_in = nn.Linear(in_features, width)
         if residual:
-            layers = [ResidualBlock(width, activation=activation, shortcut=shortcut)
-                      for _ in range(depth)]  # fmt: skip
+            layers = [
+                ResidualBlock(width, activation=activation, shortcut=shortcut) for _ in range(depth)
+            ]
         else:
-            layers = [nn.Sequential(nn.Linear(width, width), ACTIVATIONS[activation]())
-                      for _ in range(depth)]  # fmt: skip
+            layers = [nn.Sequential(nn.Linear(width, width), act()) for _ in range(depth)]
         self.layers = nn.ModuleList(layers)
         self.read_out = nn.Linear(width, out_features)
         for module in self.modules():
@@ -155,6 +175,7 @@ class DeepMLP(nn.Module):
                     block.linear2.weight.mul_(branch_scale)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Read-in, the ``depth`` layers, read-out: (N, in_features) -> (N, out_features)."""
         h = self.read_in(x)  # (N, width)
         for layer in self.layers:
             h = layer(h)  # (N, width)
@@ -170,6 +191,7 @@ class LayerRecord:
     grad_output: Tensor | None = None  # dLoss/d(output), detached
 
     def activation_std(self) -> float:
+        """Std of the recorded output over all its elements (batch and features)."""
         return float(self.output.float().std())
 
     def gradient_norm(self) -> float:
@@ -224,11 +246,12 @@ class Probe:
         return hook
 
     def _collect(self, what: str, statistic: Callable[[LayerRecord], float]) -> np.ndarray:
+        step = {"output": "a forward pass", "grad_output": "a backward pass"}[what]
         missing = [r.name for r in self.records.values() if getattr(r, what) is None]
         if missing:
-            step = "a forward pass" if what == "output" else "a backward pass"
-            raise RuntimeError(f"no {what} recorded for layers {missing}: run {step} inside "
-                               "`with probe:` first")  # fmt: skip
+            raise RuntimeError(
+                f"no {what} recorded for layers {missing}: run {step} inside `with probe:` first"
+            )
         return np.array([statistic(r) for r in self.records.values()])
 
     def activation_stds(self) -> np.ndarray:
@@ -250,9 +273,12 @@ class Probe:
         return [r.grad_output.double().flatten().numpy() for r in self.records.values()]
 
 
-def gradient_norms_at_init(model: DeepMLP, inputs: Tensor, targets: Tensor,
-                           loss: Callable[[Tensor, Tensor], Tensor] = nn.functional.mse_loss
-                           ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def gradient_norms_at_init(
+    model: DeepMLP,
+    inputs: Tensor,
+    targets: Tensor,
+    loss: Callable[[Tensor, Tensor], Tensor] = nn.functional.mse_loss,
+) -> tuple[np.ndarray, np.ndarray]:
     """(gradient norms, activation stds) at every layer of ``model.layers`` after one backward.
 
     inputs: (N, in_features); targets: what ``loss(model(inputs), targets)`` expects.

@@ -15,8 +15,8 @@ runs both kinds of measurement on the CPU, seeded, in float32:
   FFN's output weight at initialization.
 - :func:`stream_norms` measures ``E||x_l||^2 / d`` after each block of a Pre-LN stack (the lemma).
 - :func:`train_placement_model` trains on :func:`~addnorm_lib.experiments.deepnorm.reverse_task`
-  with Adam
-  or RAdam and an optional linear warm-up; :func:`warmup_sweep` runs a grid of such runs.
+  with Adam or RAdam and an optional linear warm-up; :func:`warmup_sweep` runs a grid of such
+  runs.
 
 The warm-up sweep takes minutes, too long for a book build, so the chapter reads its results
 from ``book/data/warmup_sweep.json``. Regenerate that file with::
@@ -24,7 +24,7 @@ from ``book/data/warmup_sweep.json``. Regenerate that file with::
     .venv/bin/python -m addnorm_lib.experiments.placement warmup-sweep \\
         --out book/data/warmup_sweep.json --jobs 2
 
-``tests/test_placement_experiments.py`` re-runs a few of its runs and compares them with the file.
+``tests/experiments/test_placement.py`` re-runs a few of its runs and compares them with the file.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from addnorm_lib import lookup
 from addnorm_lib.experiments.deepnorm import reverse_task
 from addnorm_lib.experiments.depth import set_seed
 from addnorm_lib.reference.placement import PostLNBlock, PreLNBlock, PreLNStack
@@ -62,6 +63,8 @@ __all__ = [
 ]
 
 PLACEMENTS = ("post", "pre")
+_BLOCKS = {"post": PostLNBlock, "pre": PreLNBlock}
+_OPTIMIZERS = {"adam": torch.optim.Adam, "radam": torch.optim.RAdam}
 
 #: The warm-up sweep's model, task and training settings (the chapter's cached sweep uses these).
 SWEEP_CONFIG: dict = {
@@ -89,18 +92,19 @@ def make_stack(
 
     Sublayers are :class:`~addnorm_lib.transformer.sublayers.SelfAttention` and
     :class:`~addnorm_lib.transformer.sublayers.FeedForward` (Xavier-normal weights, zero biases),
-    built in
-    the same order for both placements, so one seed gives both the same weights. The final norm
-    has no random parameters. Input and output ``(B, T, d_model)``.
+    built in the same order for both placements, so one seed gives both the same weights. The
+    final norm has no random parameters. Input and output ``(B, T, d_model)``. ``placement`` is
+    ``"post"`` or ``"pre"``; any other name raises ValueError.
     """
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
-    block = PostLNBlock if placement == "post" else PreLNBlock
+    block = lookup(_BLOCKS, placement, "placement")
     layers = [
-        block(SelfAttention(d_model, nhead), FeedForward(d_model, dim_feedforward, activation),
-              d_model)
+        block(
+            SelfAttention(d_model, nhead),
+            FeedForward(d_model, dim_feedforward, activation),
+            d_model,
+        )
         for _ in range(num_layers)
-    ]  # fmt: skip
+    ]
     if placement == "post":
         return nn.Sequential(*layers)
     return PreLNStack(layers, nn.LayerNorm(d_model))
@@ -150,6 +154,7 @@ class PlacementModel(nn.Module):
         return _blocks(self.stack)
 
     def forward(self, tokens: Tensor) -> Tensor:
+        """int64 tokens ``(B, T)``, ``T <= seq_len`` -> float32 logits ``(B, T, vocab_size)``."""
         x = self.embed(tokens) * self.embed_scale + self.pos[: tokens.shape[1]]  # (B, T, C)
         return self.head(self.stack(x))  # (B, T, V)
 
@@ -174,10 +179,12 @@ def last_ffn_gradient_norm(
     ``seed``).
     """
     set_seed(seed)
-    model = PlacementModel(placement, vocab_size, seq_len, num_layers, d_model, nhead,
-                           dim_feedforward, embed_scale)  # fmt: skip
-    tokens, targets = reverse_task(batch_size, seq_len, vocab_size,
-                                   torch.Generator().manual_seed(seed))  # fmt: skip
+    model = PlacementModel(
+        placement, vocab_size, seq_len, num_layers, d_model, nhead, dim_feedforward, embed_scale
+    )
+    tokens, targets = reverse_task(
+        batch_size, seq_len, vocab_size, torch.Generator().manual_seed(seed)
+    )
     logits = model(tokens)  # (B, T, V)
     F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).backward()
     return float(model.blocks[-1].ffn.fc2.weight.grad.double().norm())
@@ -253,10 +260,8 @@ def train_placement_model(
     Returns a dict: ``losses`` (training loss per step, list of ``steps`` floats, NaN after a
     divergence), ``final_loss`` and ``final_accuracy`` on the held-out batch.
     """
-    optimizers = {"adam": torch.optim.Adam, "radam": torch.optim.RAdam}
-    if optimizer not in optimizers:
-        raise ValueError(f"optimizer must be one of {sorted(optimizers)}, got {optimizer!r}")
-    opt = optimizers[optimizer](model.parameters(), lr=lr, betas=tuple(betas))
+    opt_class = lookup(_OPTIMIZERS, optimizer, "optimizer")
+    opt = opt_class(model.parameters(), lr=lr, betas=tuple(betas))
     if warmup > 0:
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     else:
@@ -290,14 +295,26 @@ def run_spec(spec: RunSpec, config: dict | None = None) -> dict:
     config = {**SWEEP_CONFIG, **(config or {})}
     torch.set_num_threads(1)
     set_seed(spec.seed)
-    model = PlacementModel(spec.placement, config["vocab_size"], config["seq_len"],
-                           config["num_layers"], config["d_model"], config["nhead"],
-                           config["dim_feedforward"])  # fmt: skip
+    model = PlacementModel(
+        spec.placement,
+        config["vocab_size"],
+        config["seq_len"],
+        config["num_layers"],
+        config["d_model"],
+        config["nhead"],
+        config["dim_feedforward"],
+    )
     start = time.perf_counter()
-    result = train_placement_model(model, spec.seed, lr=spec.lr, warmup=spec.warmup,
-                                   optimizer=spec.optimizer, steps=config["steps"],
-                                   batch_size=config["batch_size"],
-                                   betas=config["betas"])  # fmt: skip
+    result = train_placement_model(
+        model,
+        spec.seed,
+        lr=spec.lr,
+        warmup=spec.warmup,
+        optimizer=spec.optimizer,
+        steps=config["steps"],
+        batch_size=config["batch_size"],
+        betas=config["betas"],
+    )
     result["losses"] = [round(v, 5) if math.isfinite(v) else None for v in result["losses"]]
     return {**asdict(spec), **result, "seconds": time.perf_counter() - start}
 
@@ -314,8 +331,13 @@ def sweep_specs(
     at each of ``radam_lrs``."""
     lrs, seeds = list(lrs), list(seeds)
     warmups = {"post": list(post_warmups), "pre": list(pre_warmups)}
-    specs = [RunSpec(p, "adam", lr, w, s) for p in PLACEMENTS for lr in lrs for w in warmups[p]
-             for s in seeds]  # fmt: skip
+    specs = [
+        RunSpec(p, "adam", lr, w, s)
+        for p in PLACEMENTS
+        for lr in lrs
+        for w in warmups[p]
+        for s in seeds
+    ]
     specs += [RunSpec(p, "radam", lr, 0, s) for p in PLACEMENTS for lr in radam_lrs for s in seeds]
     return specs
 
@@ -338,6 +360,7 @@ def warmup_sweep(specs: Sequence[RunSpec], jobs: int = 1) -> list[dict]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m addnorm_lib.experiments.placement warmup-sweep --out FILE [--jobs N]``."""
     parser = argparse.ArgumentParser(prog="python -m addnorm_lib.experiments.placement")
     sub = parser.add_subparsers(dest="command", required=True)
     sweep = sub.add_parser("warmup-sweep", help="run the warm-up sweep and write it as JSON")

@@ -24,6 +24,8 @@ from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
+from addnorm_lib import lookup
+
 __all__ = [
     "LAYOUTS",
     "NORM_COLORS",
@@ -126,16 +128,15 @@ _AXIS_LABELS: dict[str, str] = {
 
 
 def _kept_axes(norm: str, layout: str) -> tuple[str, ...]:
-    if norm not in _KEPT_AXES:
-        raise ValueError(f"unknown norm {norm!r}; expected one of {sorted(_KEPT_AXES)}")
-    if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; expected one of {sorted(LAYOUTS)}")
-    if layout not in _KEPT_AXES[norm]:
+    """The axes that index ``norm``'s statistics on ``layout``; ValueError for unknown names."""
+    by_layout = lookup(_KEPT_AXES, norm, "norm")
+    lookup(LAYOUTS, layout, "layout")
+    if layout not in by_layout:
         raise ValueError(
             f"{NORM_NAMES[norm]} is not defined on a {layout} tensor: with no spatial or time "
             "axis each statistic would cover a single element"
         )
-    return _KEPT_AXES[norm][layout]
+    return by_layout[layout]
 
 
 def describe_reduction(norm: str, layout: str) -> str:
@@ -199,15 +200,24 @@ _DEPTH = np.array([0.45, 0.35])  # screen offset of one step along the depth axi
 _EMPTY = "#eeeeee"
 
 
+def _nchw_box(mask: np.ndarray) -> np.ndarray:
+    """An (N, C, H, W) mask as an (N, HW, C) box."""
+    n, c, h, w = mask.shape
+    return mask.reshape(n, c, h * w).transpose(0, 2, 1)  # (N, HW, C)
+
+
+# layout -> (mask as a (depth, vertical, horizontal) box, names of (across, down, back))
+_BOXES = {
+    "NC": (lambda mask: mask[None], ("C", "N", None)),  # (1, N, C)
+    "BTC": (lambda mask: mask, ("C", "T", "B")),  # (B, T, C)
+    "NCHW": (_nchw_box, ("C", "HW", "N")),  # (N, HW, C)
+}
+
+
 def _as_box(mask: np.ndarray, layout: str) -> tuple[np.ndarray, tuple[str, str, str | None]]:
     """Reorder ``mask`` to (depth, vertical, horizontal) and name those three screen axes."""
-    if layout == "NC":
-        return mask[None], ("C", "N", None)  # (1, N, C)
-    if layout == "BTC":
-        return mask, ("C", "T", "B")  # (B, T, C)
-    n, c, h, w = mask.shape
-    box = mask.reshape(n, c, h * w).transpose(0, 2, 1)  # (N, HW, C)
-    return box, ("C", "HW", "N")
+    reorder, names = lookup(_BOXES, layout, "layout")
+    return reorder(mask), names
 
 
 def _shade(color: str, factor: float) -> tuple[float, float, float]:
@@ -540,12 +550,27 @@ PLACEMENT_LAYOUTS: dict[str, list] = {
 }
 
 
+# display name of a norm -> its key in NORM_COLORS ("LayerNorm" -> "layer")
+_NORM_KEYS = {name: key for key, name in NORM_NAMES.items()}
+
+
 def _box(ax: Axes, x: float, y: float, text: str, width: float = 1.5) -> None:
-    norm = text.endswith("Norm")
-    color = NORM_COLORS["rms" if text.startswith("RMS") else "layer"] if norm else "#bbbbbb"
-    ax.add_patch(mpl.patches.FancyBboxPatch(
-        (x - width / 2, y - 0.22), width, 0.44, boxstyle="round,pad=0.02",
-        facecolor=(*to_rgb(color), 0.25), edgecolor=color, linewidth=1.4, zorder=3))  # fmt: skip
+    """A rounded box labelled ``text`` centred at (x, y); a norm's box (a label ending in the norm's
+    display name, e.g. "final LayerNorm") takes the norm's colour, any other box is grey."""
+    name = text.split()[-1]
+    color = NORM_COLORS[lookup(_NORM_KEYS, name, "norm")] if name.endswith("Norm") else "#bbbbbb"
+    ax.add_patch(
+        mpl.patches.FancyBboxPatch(
+            (x - width / 2, y - 0.22),
+            width,
+            0.44,
+            boxstyle="round,pad=0.02",
+            facecolor=(*to_rgb(color), 0.25),
+            edgecolor=color,
+            linewidth=1.4,
+            zorder=3,
+        )
+    )
     ax.text(x, y, text, ha="center", va="center", fontsize=9, zorder=4)
 
 
@@ -553,13 +578,18 @@ def _arrow(ax: Axes, points: Sequence[tuple[float, float]]) -> None:
     """A polyline through ``points`` with an arrow head at the last point."""
     xs, ys = zip(*points, strict=True)
     ax.plot(xs[:-1], ys[:-1], color="#333333", linewidth=1.2, zorder=1)
-    ax.annotate("", xy=points[-1], xytext=points[-2], zorder=2,
-                arrowprops={"arrowstyle": "-|>", "color": "#333333", "lw": 1.2,
-                            "shrinkA": 0, "shrinkB": 0})  # fmt: skip
+    ax.annotate(
+        "",
+        xy=points[-1],
+        xytext=points[-2],
+        zorder=2,
+        arrowprops={"arrowstyle": "-|>", "color": "#333333", "lw": 1.2, "shrinkA": 0, "shrinkB": 0},
+    )
 
 
-def draw_placement_diagram(ax: Axes, kind: str, title: str | None = None,
-                           final_norm: bool = False) -> None:  # fmt: skip
+def draw_placement_diagram(
+    ax: Axes, kind: str, title: str | None = None, final_norm: bool = False
+) -> None:
     """Draw one Transformer block as boxes and arrows, input at the bottom, output at the top.
 
     Args:
@@ -570,13 +600,12 @@ def draw_placement_diagram(ax: Axes, kind: str, title: str | None = None,
         final_norm: mark the block as repeated ("x L") and draw the stack's final LayerNorm
             above it, as a Pre-LN stack has.
     """
-    if kind not in PLACEMENT_LAYOUTS:
-        raise ValueError(f"kind must be one of {sorted(PLACEMENT_LAYOUTS)}, got {kind!r}")
+    layers = lookup(PLACEMENT_LAYOUTS, kind, "kind")
     step, main_x, side_x = 0.72, 0.0, 1.55
     y = 0.0
     ax.text(main_x, y - 0.25, "$x_l$", ha="center", va="top", fontsize=10)
     start = y
-    for item in PLACEMENT_LAYOUTS[kind]:
+    for item in layers:
         if isinstance(item, str):  # a box on the stream
             _arrow(ax, [(main_x, y), (main_x, y + step - 0.22)])
             y += step
@@ -594,8 +623,16 @@ def draw_placement_diagram(ax: Axes, kind: str, title: str | None = None,
         plus = by + step
         _arrow(ax, [(side_x, by + 0.22), (side_x, plus), (main_x + 0.16, plus)])
         _arrow(ax, [(main_x, fork), (main_x, plus - 0.16)])
-        ax.add_patch(mpl.patches.Circle((main_x, plus), 0.16, facecolor="white",
-                                        edgecolor="#333333", linewidth=1.2, zorder=3))  # fmt: skip
+        ax.add_patch(
+            mpl.patches.Circle(
+                (main_x, plus),
+                0.16,
+                facecolor="white",
+                edgecolor="#333333",
+                linewidth=1.2,
+                zorder=3,
+            )
+        )
         ax.text(main_x, plus, "+", ha="center", va="center", fontsize=11, zorder=4)
         y = plus + 0.16
     top = y

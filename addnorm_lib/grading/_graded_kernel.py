@@ -1,10 +1,10 @@
 """The kernel a submission runs in: ipykernel with resource limits set before any student code.
 
 The grader's kernelspec starts ``python -m addnorm_lib.grading._graded_kernel -f
-{connection_file}``.
-Limits come from the environment: ``ADDNORM_MEMORY_MB`` caps the address space (a memory blow-up
-raises MemoryError or kills this kernel, never the grader), ``ADDNORM_FILE_MB`` caps the size of any
-file it writes. Warm kernels (``_warm_kernels``) set the same limits after their fork.
+{connection_file}``. Limits come from the environment: ``ADDNORM_MEMORY_MB`` caps the address
+space (a memory blow-up raises MemoryError or kills this kernel, never the grader),
+``ADDNORM_FILE_MB`` caps the size of any file it writes. Warm kernels (``_warm_kernels``) set
+the same limits after their fork.
 """
 
 import os
@@ -18,6 +18,7 @@ def _limit(kind: int, megabytes: str | None) -> None:
 
 
 def set_limits() -> None:
+    """Cap this process's address space and file sizes as the environment says."""
     _limit(resource.RLIMIT_AS, os.environ.get("ADDNORM_MEMORY_MB"))
     _limit(resource.RLIMIT_FSIZE, os.environ.get("ADDNORM_FILE_MB"))
 

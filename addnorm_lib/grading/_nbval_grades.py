@@ -1,9 +1,8 @@
 """A pytest plugin that records each notebook cell nbval runs: its outcome and nbgrader metadata.
 
-Loaded by the graders as ``-p addnorm_lib.grading._nbval_grades --addnorm-grades=FILE``. It runs in
-the
-pytest process, not in the notebook's kernel, so notebook code cannot reach it. It also fixes two
-nbval behaviours that a grader cannot live with:
+Loaded by the grader as ``-p addnorm_lib.grading._nbval_grades --addnorm-grades=FILE``. It runs
+in the pytest process, not in the notebook's kernel, so notebook code cannot reach it. It also
+fixes two nbval behaviours that a grader cannot live with:
 
 - a dead kernel (``os._exit``, a crash, the memory cap) is noticed within about a second, instead
   of after the whole cell timeout;
@@ -24,7 +23,7 @@ KERNEL_DIED = "the kernel died"
 
 
 class KernelDied(RuntimeError):
-    pass
+    """The kernel died while it ran a cell."""
 
 
 def _await_reply_watching(self, msg_id, timeout=None):
@@ -47,10 +46,12 @@ def _await_reply_watching(self, msg_id, timeout=None):
 
 
 def pytest_addoption(parser):
+    """The plugin's one option: where to write the records."""
     parser.addoption("--addnorm-grades", default=None, help="write per-cell results as JSON here")
 
 
 def pytest_configure(config):
+    """With ``--addnorm-grades``: watch for dead kernels, and record every cell."""
     path = config.getoption("--addnorm-grades")
     if path:
         RunningKernel.await_reply = _await_reply_watching
@@ -66,11 +67,13 @@ class GradeRecorder:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
+        """Run a cell even when an earlier one timed out (nbval would mark it xfail)."""
         if getattr(item.parent, "timed_out", False):
             item.parent.timed_out = False  # run the next cell anyway
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
+        """Record the cell's outcome, id, nbgrader metadata and whether its kernel lives."""
         outcome = yield
         report = outcome.get_result()
         cell = getattr(item, "cell", None)
@@ -93,5 +96,6 @@ class GradeRecorder:
             )
 
     def pytest_sessionfinish(self, session):
+        """Write the records."""
         with open(self.path, "w", encoding="utf-8") as file:
             json.dump({"cells": self.cells}, file)

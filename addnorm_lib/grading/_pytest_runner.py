@@ -6,15 +6,17 @@ where it can, its own mount namespace in which the given paths are hidden. Impor
 packages takes about three seconds, which would otherwise be paid again for every submission.
 """
 
+import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.forkserver
 import os
-import signal
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
+
+import psutil
 
 CLONE_NEWNS, CLONE_NEWUSER = 0x00020000, 0x10000000
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -30,6 +32,7 @@ _environment_lock = threading.Lock()  # grading threads start pytest concurrentl
 
 
 def context():
+    """multiprocessing's fork-server context, with pytest and nbval preloaded by the server."""
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
@@ -47,14 +50,17 @@ def single_threaded(env: dict) -> dict:
 # socket's path is limited to 107 bytes: a long TMPDIR would break grading. Above this length the
 # folder goes under /tmp instead.
 LONGEST_TEMP_DIR = 60
+SHORT_TEMP_BASES = ("/tmp", "/dev/shm", "/var/tmp")
 
 
 def short_temp_base() -> str | None:
     """A writable short folder for multiprocessing's temporary folder, or None to keep TMPDIR."""
     if len(tempfile.gettempdir()) <= LONGEST_TEMP_DIR:
         return None
-    return next((base for base in ("/tmp", "/dev/shm", "/var/tmp")
-                 if os.path.isdir(base) and os.access(base, os.W_OK)), None)  # fmt: skip
+    for base in SHORT_TEMP_BASES:
+        if os.path.isdir(base) and os.access(base, os.W_OK):
+            return base
+    return None
 
 
 def start_fork_server() -> None:
@@ -121,14 +127,12 @@ def run_pytest(arguments: list[str], cwd, env: dict, mounts: list[list[str]], ti
 
 def kill_marked(name: str, value: str) -> int:
     """Kill every process whose environment has ``name=value``; return how many."""
-    marker, killed = f"{name}={value}".encode(), 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    killed = 0
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
             continue
-        try:
-            if marker in (entry / "environ").read_bytes().split(b"\0"):
-                os.kill(int(entry.name), signal.SIGKILL)
+        with contextlib.suppress(psutil.Error, OSError):  # gone, or not ours to read
+            if process.environ().get(name) == value:
+                process.kill()
                 killed += 1
-        except OSError:
-            continue
     return killed

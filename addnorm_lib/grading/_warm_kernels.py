@@ -42,9 +42,18 @@ NAMESPACES = (("user", CLONE_NEWUSER), ("mnt", CLONE_NEWNS), ("pid", CLONE_NEWPI
 PR_SET_PDEATHSIG = 1
 FD_PLACEHOLDER = "{zygote_fd}"
 # What a graded kernel imports anyway: the exercises' imports and ipykernel's own start-up.
-PRELOAD = ("numpy", "torch", "ipykernel.kernelapp", "ipykernel.ipkernel", "ipykernel.debugger",
-           "sqlite3", "psutil", "addnorm_lib.checks", "addnorm_lib.checks.gradcheck",
-           "addnorm_lib.grading._graded_kernel")  # fmt: skip
+PRELOAD = (
+    "numpy",
+    "torch",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.debugger",
+    "sqlite3",
+    "psutil",
+    "addnorm_lib.checks",
+    "addnorm_lib.checks.gradcheck",
+    "addnorm_lib.grading._graded_kernel",
+)
 DROPPED_VARIABLES = ("JPY_PARENT_PID",)  # the kernel's parent is not who ipykernel expects
 REPLY_TIMEOUT = 30.0  # seconds the stand-in waits for a warm kernel before starting a cold one
 
@@ -129,8 +138,8 @@ def serve(socket_path: str, hidden_paths: list[str]) -> None:
     for name in PRELOAD:
         __import__(name)
     hidden = tuple(os.path.realpath(path) for path in hidden_paths)
-    leaked = [name for name, module in list(sys.modules.items())
-              if _is_under(getattr(module, "__file__", None), hidden)]  # fmt: skip
+    files = {name: getattr(module, "__file__", None) for name, module in list(sys.modules.items())}
+    leaked = [name for name, file in files.items() if _is_under(file, hidden)]
     if leaked:
         sys.exit(f"zygote: preloading imported hidden modules {leaked}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -263,6 +272,7 @@ def _kernel(connection, request: dict, stdio: list[int]) -> None:
 
 
 def main(argv: list[str]) -> None:
+    """``launch SOCKET -- ARGV``, ``standin FD ARGV`` or ``serve SOCKET HIDDEN...``."""
     role, *rest = argv
     if role == "launch":
         launch(rest[0], rest[2:] if rest[1:2] == ["--"] else rest[1:])

@@ -150,10 +150,12 @@ class DeepNormLayer(LayerParts):
         self.alpha = alpha
 
     def forward(self, x: Tensor) -> Tensor:
+        """DeepNorm residual steps, attention then FFN: ``(B, T, d_model) -> (B, T, d_model)``."""
         x = deepnorm_residual(x, self.self_attn, self.attn_norm, self.alpha)  # (B, T, C)
         return deepnorm_residual(x, self.ffn, self.ffn_norm, self.alpha)  # (B, T, C)
 
     def extra_repr(self) -> str:
+        """alpha, shown in the module's repr."""
         return f"alpha={self.alpha:.4g}"
 
 
@@ -193,6 +195,7 @@ class DeepNormEncoder(nn.Module):
             deepnorm_init_(layer, self.beta)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The layers in order: ``(B, T, d_model) -> (B, T, d_model)``."""
         for layer in self.layers:
             x = layer(x)  # (B, T, C)
         return x

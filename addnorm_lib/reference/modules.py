@@ -11,7 +11,7 @@ tensor operations and differentiated by autograd. Nothing here calls ``torch.nn.
 ``layer_norm``, ``batch_norm`` or ``rms_norm``. The classes only do the bookkeeping: parameters,
 buffers, the train/eval switch and the running averages.
 
-Conventions (checked against PyTorch in ``tests/test_nn.py``):
+Conventions (checked against PyTorch in ``tests/reference/test_modules.py``):
 
 - Variances are biased (divide by ``n``) and computed in two passes, ``mean((x - mean)**2)``.
 - float16 and bfloat16 inputs are computed in float32 and the result is cast back to the input's
@@ -212,20 +212,24 @@ class LayerNorm(nn.Module):
         self.elementwise_affine = elementwise_affine
         shape = self.normalized_shape
         self.register_parameter("weight", _new_parameter(elementwise_affine, shape, device, dtype))
-        self.register_parameter("bias", _new_parameter(elementwise_affine and bias, shape, device,
-                                                       dtype))  # fmt: skip
+        self.register_parameter(
+            "bias", _new_parameter(elementwise_affine and bias, shape, device, dtype)
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """weight to ones and bias to zeros (those that exist), as torch.nn.LayerNorm."""
         if self.weight is not None:
             nn.init.ones_(self.weight)
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        """LayerNorm over the trailing ``normalized_shape``: ``(*, *S) -> (*, *S)``, x's dtype."""
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
+        """The constructor arguments, as torch.nn.LayerNorm shows them."""
         return (
             f"{self.normalized_shape}, eps={self.eps}, "
             f"elementwise_affine={self.elementwise_affine}, bias={self.bias is not None}"
@@ -289,12 +293,14 @@ class BatchNorm1d(nn.Module):
         self.reset_parameters()
 
     def reset_running_stats(self) -> None:
+        """running_mean to 0, running_var to 1, num_batches_tracked to 0 (if tracked)."""
         if self.track_running_stats:
             self.running_mean.zero_()
             self.running_var.fill_(1.0)
             self.num_batches_tracked.zero_()
 
     def reset_parameters(self) -> None:
+        """Reset the running statistics, then weight to ones and bias to zeros."""
         self.reset_running_stats()
         if self.weight is not None:
             nn.init.ones_(self.weight)
@@ -311,6 +317,10 @@ class BatchNorm1d(nn.Module):
             )
 
     def forward(self, x: Tensor) -> Tensor:
+        """Normalize each channel: ``(N, C)`` or ``(N, C, L)`` -> same shape and dtype.
+
+        In training mode, also updates the running estimates (see the class docstring).
+        """
         self._check_input(x)
         use_batch_stats = self.training or self.running_mean is None
         if not use_batch_stats:
@@ -342,6 +352,7 @@ class BatchNorm1d(nn.Module):
             self.running_var.mul_(1.0 - factor).add_(factor * var_unbiased.detach())
 
     def extra_repr(self) -> str:
+        """The constructor arguments, as torch.nn.BatchNorm1d shows them."""
         return (
             f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
             f"affine={self.affine}, bias={self.bias is not None}, "
@@ -374,13 +385,16 @@ class RMSNorm(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
+        """weight to ones (if there is one), as torch.nn.RMSNorm."""
         if self.weight is not None:
             nn.init.ones_(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
+        """RMSNorm over the trailing ``normalized_shape``: ``(*, *S) -> (*, *S)``, x's dtype."""
         return rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
     def extra_repr(self) -> str:
+        """The constructor arguments, as torch.nn.RMSNorm shows them."""
         return (
             f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
         )

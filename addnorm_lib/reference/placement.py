@@ -10,9 +10,8 @@
 
 The blocks take their sublayers as arguments, so any attention or FFN module fits (the course's
 :mod:`addnorm_lib.transformer.sublayers`, or torch's). Norm attributes are named ``norm1`` and
-``norm2`` as in
-``torch.nn.TransformerEncoderLayer``. This module holds the answers of the placement exercise:
-graded kernels cannot import it.
+``norm2`` as in ``torch.nn.TransformerEncoderLayer``. This module holds the answers of the placement
+exercise: graded kernels cannot import it.
 """
 
 from __future__ import annotations
@@ -66,6 +65,7 @@ class PostLNBlock(_TwoNormBlock):
     """
 
     def forward(self, x: Tensor) -> Tensor:
+        """``norm1(x + self_attn(x))``, then ``norm2(x + ffn(x))``: ``(B, T, C) -> (B, T, C)``."""
         x = self.norm1(x + self.self_attn(x))  # (B, T, C), every token normalized
         return self.norm2(x + self.ffn(x))  # (B, T, C)
 
@@ -77,6 +77,7 @@ class PreLNBlock(_TwoNormBlock):
     """
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x + self_attn(norm1(x))``, then ``x + ffn(norm2(x))``: ``(B, T, C) -> (B, T, C)``."""
         x = x + self.self_attn(self.norm1(x))  # (B, T, C), the stream grows
         return x + self.ffn(self.norm2(x))  # (B, T, C)
 
@@ -95,6 +96,7 @@ class PreLNStack(nn.Module):
         self.norm = norm
 
     def forward(self, x: Tensor) -> Tensor:
+        """The layers in order, then the final norm: ``(B, T, C) -> (B, T, C)``."""
         for layer in self.layers:
             x = layer(x)  # (B, T, C)
         return self.norm(x)

@@ -8,9 +8,8 @@
 - :class:`OffsetRMSNorm`: Gemma's RMSNorm, which scales by ``1 + weight`` (weight starts at 0).
 
 Post-LN and Pre-LN themselves are in :mod:`addnorm_lib.reference.placement` (hidden from graded
-kernels,
-because they are the placement exercise's answers); this module does not import it, so a graded
-kernel may use these blocks freely. Norm attributes are named after what they normalize; the
+kernels, because they are the placement exercise's answers); this module does not import it, so a
+graded kernel may use these blocks freely. Norm attributes are named after what they normalize; the
 models' own parameter names are in the docstrings (see the naming trap in the models chapter).
 """
 
@@ -43,6 +42,7 @@ class OffsetRMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.zeros(d_model))
 
     def forward(self, x: Tensor) -> Tensor:
+        """``(*, d_model) -> (*, d_model)``, in float32 for half inputs, cast back to x's dtype."""
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # (*, C)
         y = xf * torch.rsqrt((xf * xf).mean(-1, keepdim=True) + self.eps)
         return (y * (1.0 + self.weight)).to(x.dtype)
@@ -66,6 +66,7 @@ class SandwichBlock(nn.Module):
         self.pre_ffn_norm, self.post_ffn_norm = norm(d_model), norm(d_model)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The sandwich around attention, then around the FFN: ``(B, T, C) -> (B, T, C)``."""
         x = x + self.post_attn_norm(self.self_attn(self.pre_attn_norm(x)))  # (B, T, C)
         return x + self.post_ffn_norm(self.ffn(self.pre_ffn_norm(x)))  # (B, T, C)
 
@@ -87,6 +88,7 @@ class OutputNormBlock(nn.Module):
         self.attn_norm, self.ffn_norm = norm(d_model), norm(d_model)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Add the normalized attention output, then the FFN's: ``(B, T, C) -> (B, T, C)``."""
         x = x + self.attn_norm(self.self_attn(x))  # (B, T, C)
         return x + self.ffn_norm(self.ffn(x))  # (B, T, C)
 
@@ -105,5 +107,6 @@ class ParallelBlock(nn.Module):
         self.norm = norm(d_model) if norm else nn.LayerNorm(d_model, bias=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        """``x + self_attn(norm(x)) + ffn(norm(x))``: ``(B, T, C) -> (B, T, C)``."""
         h = self.norm(x)  # (B, T, C), read by both sublayers
         return x + self.self_attn(h) + self.ffn(h)

@@ -1,13 +1,12 @@
-"""Small blocks in the style of well-known models, built from the course's pieces, and probes.
+"""Small blocks in the style of well-known models, built from the course's pieces, and checks.
 
 One builder per row of the models chapter's table ("Which model uses which norm"). Each returns a
 :class:`ZooStack`: an optional norm on the embeddings, a few blocks, an optional final norm. Only
 the norms and where they sit follow the model; the attention and the FFN are the course's generic
-sublayers (:mod:`addnorm_lib.transformer.sublayers`) in every row, and no other detail of the real
-models
-(activations, positional encodings, widths, ...) is modelled.
+sublayers (:mod:`addnorm_lib.transformer.sublayers`) in every row, and no other detail of the
+real models (activations, positional encodings, widths, ...) is modelled.
 
-Every builder has a ``check_*`` function that *probes behaviour*: it runs the model on an input
+Every builder has a ``check_*`` function that *measures behaviour*: it runs the model on an input
 with forward hooks (:class:`Recorder`) and measures what each sublayer reads and what is added to
 the residual stream. A check returns the numbers it measured and raises :class:`ZooCheckError`
 (an ``AssertionError``) when the model does not behave as its row says.
@@ -27,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from addnorm_lib import lookup
 from addnorm_lib.reference.deepnorm import DeepNormLayer
 from addnorm_lib.reference.placement import PostLNBlock, PreLNBlock
 from addnorm_lib.transformer.architectures import (
@@ -66,8 +66,8 @@ __all__ = [
     "check_t5",
     "check_transformer_2017",
     "measured_eps",
-    "probe_input",
     "role_of_post_attention_layernorm",
+    "sample_input",
     "token_mean",
     "token_rms",
     "token_var",
@@ -152,7 +152,7 @@ class Recorder:
         return hook
 
 
-def probe_input(batch: int = 4, tokens: int = 6, d_model: int = D_MODEL, seed: int = 0) -> Tensor:
+def sample_input(batch: int = 4, tokens: int = 6, d_model: int = D_MODEL, seed: int = 0) -> Tensor:
     """A ``(B, T, d_model)`` input that no norm leaves unchanged: each token has its own offset
     and scale (means between -2 and 2, spreads between 0.5 and 3)."""
     g = torch.Generator().manual_seed(seed)
@@ -165,18 +165,18 @@ def measured_eps(norm: nn.Module, d_model: int) -> float:
     """Estimate a norm's ``eps`` from its behaviour, with its weight 1 (or Gemma's 0) and bias 0.
 
     A row with variance (LayerNorm) or mean square (RMSNorm) ``v`` comes out with mean square
-    ``v / (v + eps)``. The probe feeds rows of ``+-sqrt(v)`` (mean 0, so both statistics equal
+    ``v / (v + eps)``. It feeds rows of ``+-sqrt(v)`` (mean 0, so both statistics equal
     ``v``) for ``v = 1, 1e-1, ..., 1e-16`` in float64, takes the ``v`` whose output mean square
     ``m`` is closest to 1/2, and returns ``v * (1 / m - 1)``.
     """
-    probe = copy.deepcopy(norm).double()
+    norm64 = copy.deepcopy(norm).double()  # a float64 copy: the caller's norm is untouched
     signs = torch.ones(d_model, dtype=torch.float64)
     signs[1::2] = -1  # (C,), mean 0 for even C
     best = None
     with torch.no_grad():
         for k in range(17):
             v = 10.0**-k
-            m = float(probe(signs * v**0.5).pow(2).mean())
+            m = float(norm64(signs * v**0.5).pow(2).mean())
             if best is None or abs(m - 0.5) < abs(best[1] - 0.5):
                 best = (v, m)
     v, m = best
@@ -192,7 +192,7 @@ class ZooStack(nn.Module):
     """``embed_norm`` (optional), then ``layers`` in order, then ``final_norm`` (optional).
 
     Input: the embeddings, ``(B, T, C)``; output ``(B, T, C)``. A missing norm is an
-    ``nn.Identity``, so every model has the same three attributes for the probes.
+    ``nn.Identity``, so every model has the same three attributes for the checks.
     """
 
     def __init__(
@@ -207,6 +207,7 @@ class ZooStack(nn.Module):
         self.final_norm = final_norm or nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
+        """The embeddings through the stack: ``(B, T, C) -> (B, T, C)``."""
         x = self.embed_norm(x)  # (B, T, C)
         for layer in self.layers:
             x = layer(x)  # (B, T, C)
@@ -220,14 +221,17 @@ def _sublayers(d_model: int, nhead: int, d_ff: int, bias: bool = True):
 BlockFactory = Callable[[nn.Module, nn.Module], nn.Module]
 
 
-def _stack(block: BlockFactory, num_layers: int, d_model: int, nhead: int, d_ff: int, **norms):
+def _stack(block: BlockFactory, sizes: tuple[int, int, int, int], **norms) -> ZooStack:
+    """A :class:`ZooStack` of ``block(self_attn, ffn)`` layers; ``sizes``: (layers, d_model,
+    nhead, d_ff); ``norms``: its ``embed_norm`` and ``final_norm``, if any."""
+    num_layers, d_model, nhead, d_ff = sizes
     layers = [block(*_sublayers(d_model, nhead, d_ff)) for _ in range(num_layers)]
     return ZooStack(layers, **norms)
 
 
 def build_transformer_2017(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
     """Transformer (2017): Post-LN blocks, ``LN(x + Sublayer(x))``; nothing else."""
-    return _stack(lambda a, f: PostLNBlock(a, f, d_model), num_layers, d_model, nhead, d_ff)
+    return _stack(lambda a, f: PostLNBlock(a, f, d_model), (num_layers, d_model, nhead, d_ff))
 
 
 def build_bert(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
@@ -235,18 +239,18 @@ def build_bert(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooSta
     eps = 1e-12
     return _stack(
         lambda a, f: PostLNBlock(a, f, d_model, layer_norm_eps=eps),
-        num_layers, d_model, nhead, d_ff,
+        (num_layers, d_model, nhead, d_ff),
         embed_norm=nn.LayerNorm(d_model, eps=eps),
-    )  # fmt: skip
+    )
 
 
 def build_gpt2(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
     """GPT-2 / GPT-3: Pre-LN blocks and a final LayerNorm; eps 1e-5."""
     return _stack(
         lambda a, f: PreLNBlock(a, f, d_model, layer_norm_eps=1e-5),
-        num_layers, d_model, nhead, d_ff,
+        (num_layers, d_model, nhead, d_ff),
         final_norm=nn.LayerNorm(d_model, eps=1e-5),
-    )  # fmt: skip
+    )
 
 
 def t5_norm(d_model: int) -> nn.Module:
@@ -257,7 +261,7 @@ def t5_norm(d_model: int) -> nn.Module:
 def build_t5(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
     """T5: pre-norm blocks with an RMS-style norm (:func:`t5_norm`)."""
     return _stack(
-        lambda a, f: PreLNBlock(a, f, d_model, norm=t5_norm), num_layers, d_model, nhead, d_ff
+        lambda a, f: PreLNBlock(a, f, d_model, norm=t5_norm), (num_layers, d_model, nhead, d_ff)
     )
 
 
@@ -265,16 +269,16 @@ def build_llama(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooSt
     """LLaMA 1/2/3, Mistral, Qwen2: pre-RMSNorm blocks and a final RMSNorm."""
     return _stack(
         lambda a, f: PreLNBlock(a, f, d_model, norm=nn.RMSNorm),
-        num_layers, d_model, nhead, d_ff,
+        (num_layers, d_model, nhead, d_ff),
         final_norm=nn.RMSNorm(d_model),
-    )  # fmt: skip
+    )
 
 
 def build_deepseek_v3(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
     """DeepSeek-V3, in part: pre-RMSNorm blocks. The RMSNorms inside its attention's low-rank
     projections are not modelled."""
     return _stack(
-        lambda a, f: PreLNBlock(a, f, d_model, norm=nn.RMSNorm), num_layers, d_model, nhead, d_ff
+        lambda a, f: PreLNBlock(a, f, d_model, norm=nn.RMSNorm), (num_layers, d_model, nhead, d_ff)
     )
 
 
@@ -297,8 +301,8 @@ def build_gemma(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooSt
     ``1 + weight`` (:class:`~addnorm_lib.transformer.architectures.OffsetRMSNorm`)."""
     return _stack(
         lambda a, f: SandwichBlock(a, f, d_model, norm=OffsetRMSNorm),
-        num_layers, d_model, nhead, d_ff,
-    )  # fmt: skip
+        (num_layers, d_model, nhead, d_ff),
+    )
 
 
 def build_olmo2(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
@@ -306,29 +310,30 @@ def build_olmo2(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooSt
     add. Its QK-norm is not modelled."""
     return _stack(
         lambda a, f: OutputNormBlock(a, f, d_model, norm=nn.RMSNorm),
-        num_layers, d_model, nhead, d_ff,
-    )  # fmt: skip
+        (num_layers, d_model, nhead, d_ff),
+    )
 
 
 def build_bloom(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
     """BLOOM: a LayerNorm on the embeddings, Pre-LN blocks, a final LayerNorm."""
     return _stack(
         lambda a, f: PreLNBlock(a, f, d_model),
-        num_layers, d_model, nhead, d_ff,
-        embed_norm=nn.LayerNorm(d_model), final_norm=nn.LayerNorm(d_model),
-    )  # fmt: skip
+        (num_layers, d_model, nhead, d_ff),
+        embed_norm=nn.LayerNorm(d_model),
+        final_norm=nn.LayerNorm(d_model),
+    )
 
 
 def build_palm(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
     """PaLM: parallel blocks ``y = x + MLP(LN(x)) + Attn(LN(x))``, LayerNorms without bias."""
     return _stack(
         lambda a, f: ParallelBlock(a, f, d_model, norm=lambda d: nn.LayerNorm(d, bias=False)),
-        num_layers, d_model, nhead, d_ff,
-    )  # fmt: skip
+        (num_layers, d_model, nhead, d_ff),
+    )
 
 
 # --------------------------------------------------------------------------------------------
-# Probes
+# Behaviour checks
 # --------------------------------------------------------------------------------------------
 
 
@@ -384,11 +389,17 @@ def _sublayer_inputs(t: Trace) -> list[Tensor]:
     return t.attn_in + t.ffn_in
 
 
+# norm kind -> (is a tensor normalized per token?, the statistic that is 1 after the norm)
+_NORM_KINDS = {"ln": (_layer_normalized, token_var), "rms": (_rms_normalized, token_rms)}
+
+
 def _check_pre_norm(t: Trace, kind: str, final: bool | None) -> dict[str, float]:
     """Pre-norm: each sublayer reads a normalized copy; the stream is not normalized; the output
-    is normalized (``final=True``), is not (``False``), or is not checked (``None``)."""
-    normalized = _layer_normalized if kind == "ln" else _rms_normalized
-    stat = token_var if kind == "ln" else token_rms
+    is normalized (``final=True``), is not (``False``), or is not checked (``None``).
+
+    ``kind`` is ``"ln"`` (LayerNorm: mean 0, variance 1) or ``"rms"`` (RMSNorm: RMS 1).
+    """
+    normalized, stat = lookup(_NORM_KINDS, kind, "norm kind")
     _expect(
         all(normalized(h) for h in _sublayer_inputs(t)),
         f"a sublayer reads an input that is not {kind.upper()}-normalized per token",
@@ -631,6 +642,7 @@ class LlamaStyleNaming(_NamingLayer):
     """
 
     def forward(self, x: Tensor) -> Tensor:
+        """The pre-norm layer above: ``(B, T, C) -> (B, T, C)``."""
         x = x + self.self_attn(self.other_norm(x))  # (B, T, C)
         return x + self.ffn(self.post_attention_layernorm(x))  # (B, T, C)
 
@@ -647,6 +659,7 @@ class OutputNormNaming(_NamingLayer):
     """
 
     def forward(self, x: Tensor) -> Tensor:
+        """The output-norm layer above: ``(B, T, C) -> (B, T, C)``."""
         x = x + self.post_attention_layernorm(self.self_attn(x))  # (B, T, C)
         return x + self.other_norm(self.ffn(x))  # (B, T, C)
 

@@ -2,9 +2,8 @@
 
 They are what the residual and norm recipes of the later chapters wrap: DeepNorm
 (:mod:`addnorm_lib.reference.deepnorm`) and the Pre-LN/Post-LN placements. The projections are
-separate
-``nn.Linear`` modules named as in the DeepNet and fairseq code (``q_proj``, ``k_proj``, ``v_proj``,
-``out_proj``; ``fc1``, ``fc2``), so that an initializer can pick weights out by name.
+separate ``nn.Linear`` modules named as in the DeepNet and fairseq code (``q_proj``, ``k_proj``,
+``v_proj``, ``out_proj``; ``fc1``, ``fc2``), so that an initializer can pick weights out by name.
 (``torch.nn.MultiheadAttention`` packs q, k and v into one ``in_proj_weight``, which hides them.)
 
 Weights start as Xavier-normal (gain 1) and biases as zero: DeepNet's initialization before its
@@ -15,6 +14,8 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from addnorm_lib import lookup
 
 __all__ = ["FeedForward", "LayerParts", "SelfAttention", "xavier_init_"]
 
@@ -63,6 +64,7 @@ class SelfAttention(nn.Module):
         return t.view(b, n, self.num_heads, -1).transpose(1, 2)  # (B, H, T, C/H)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Attend over the T tokens of each sequence: ``(B, T, embed_dim) -> (B, T, embed_dim)``."""
         _check_input("SelfAttention", x, self.embed_dim)
         q, k, v = (self._heads(proj(x)) for proj in (self.q_proj, self.k_proj, self.v_proj))
         mixed = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)  # (B, H, T, C/H)
@@ -70,6 +72,7 @@ class SelfAttention(nn.Module):
         return self.out_proj(mixed)
 
     def extra_repr(self) -> str:
+        """The sizes and the causal flag, shown in the module's repr."""
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, causal={self.causal}"
 
 
@@ -83,18 +86,15 @@ class FeedForward(nn.Module):
         self, d_model: int, dim_feedforward: int, activation: str = "gelu", bias: bool = True
     ) -> None:
         super().__init__()
-        activations = {"gelu": nn.GELU, "relu": nn.ReLU}
-        if activation not in activations:
-            raise ValueError(
-                f"FeedForward: activation must be one of {sorted(activations)}, got {activation!r}"
-            )
+        act = lookup({"gelu": nn.GELU, "relu": nn.ReLU}, activation, "FeedForward: activation")
         self.fc1 = nn.Linear(d_model, dim_feedforward, bias=bias)
-        self.activation = activations[activation]()
+        self.activation = act()
         self.fc2 = nn.Linear(dim_feedforward, d_model, bias=bias)
         xavier_init_(self)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.activation(self.fc1(x)))
+        """``fc2(act(fc1(x)))``, token by token: ``(*, d_model) -> (*, d_model)``."""
+        return self.fc2(self.activation(self.fc1(x)))  # (*, d_model)
 
 
 class LayerParts(nn.Module):

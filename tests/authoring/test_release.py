@@ -9,8 +9,14 @@ from tests.conftest import ROOT
 
 
 def nbgrader(grade_id, grade=False, solution=False, locked=False, points=None):
-    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": 3,
-            "solution": solution, "task": False}  # fmt: skip
+    meta = {
+        "grade": grade,
+        "grade_id": grade_id,
+        "locked": locked,
+        "schema_version": 3,
+        "solution": solution,
+        "task": False,
+    }
     if points is not None:
         meta["points"] = points
     return {"nbgrader": meta}
@@ -93,14 +99,16 @@ def test_release_clears_outputs_and_keeps_metadata():
         ([new_code_cell("x", metadata=nbgrader("t", grade=True, locked=True))], "needs points"),
         ([new_code_cell("x", metadata=nbgrader("t", grade=True, points=1))], "must be locked"),
         (
-            [new_code_cell(ANSWER, metadata=nbgrader("a", solution=True)),
-             new_code_cell(ANSWER, metadata=nbgrader("a", solution=True))],
+            [
+                new_code_cell(ANSWER, metadata=nbgrader("a", solution=True)),
+                new_code_cell(ANSWER, metadata=nbgrader("a", solution=True)),
+            ],
             "used twice",
         ),
         ([new_code_cell(ANSWER)], "no nbgrader metadata"),
         ([new_code_cell(ANSWER, metadata=nbgrader("a"))], "without solution: true"),
     ],
-)  # fmt: skip
+)
 def test_invalid_metadata_is_rejected(cells, complaint):
     with pytest.raises(release.ReleaseError, match=complaint):
         release.release(notebook(*cells), "demo.ipynb")

@@ -225,8 +225,11 @@ def test_widgets_render_offline_with_their_figure(site):
 
     def check(report):
         widgets = report.get("widgets") or {"views": 0}
-        if widgets["views"] and (widgets["rendered"] < widgets["views"] or not widgets["images"]
-                                 or min(widgets["images"]) == 0):  # fmt: skip
+        if widgets["views"] and (
+            widgets["rendered"] < widgets["views"]
+            or not widgets["images"]
+            or min(widgets["images"]) == 0
+        ):
             yield (
                 f"{widgets['views']} widget(s) embedded, {widgets['rendered']} rendered, "
                 f"figure widths {widgets['images']}"

@@ -40,8 +40,10 @@ def build(book: Path) -> float:
     start = time.time()
     completed = subprocess.run(
         [str(JUPYTER_BOOK), "build", str(book), "--builder", "html", "--warningiserror"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     return start
 
@@ -66,8 +68,9 @@ def test_only_the_edited_chapter_executes_again(tmp_path):
     (tmp_path / "b.md").write_text(CHAPTER.format(name="b", value=3), encoding="utf-8")
     second = build(tmp_path)
     assert executed(tmp_path, second) == {"a.md": False, "b.md": True}
-    table = build_report.format_table(build_report.chapter_times(
-        tmp_path / "_build" / ".jupyter_cache", second))  # fmt: skip
+    table = build_report.format_table(
+        build_report.chapter_times(tmp_path / "_build" / ".jupyter_cache", second)
+    )
     assert "1 of 2 chapters executed in this build" in table
     assert "from cache" in table
 

@@ -1,6 +1,5 @@
 """The BatchNorm checks accept the reference and reject each known mistake under its own name."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -12,18 +11,6 @@ def test_references_pass(capsys):
     checks.check_batch_norm(norms.batch_norm)
     checks.check_batch_norm_backward(norms.batch_norm_backward, seed=2024)
     assert "✓ batch_norm passed 7 checks" in capsys.readouterr().out
-
-
-def test_the_mistake_builder_without_a_mistake_is_the_reference():
-    """The catalogue's variants differ from the reference only where they say they do."""
-    rng = np.random.default_rng(1)
-    args = (rng.normal(size=(5, 3, 4)), rng.uniform(0.5, 2, 3), rng.normal(size=3),
-            rng.normal(size=3), rng.uniform(0.5, 2, 3))  # fmt: skip
-    for training in (True, False):
-        expected = norms.batch_norm(*args, training, momentum=0.2)
-        built = mistakes.batchnorm._batch_norm_variant()(*args, training, 0.2)
-        for mine, reference in zip(built, expected, strict=True):
-            np.testing.assert_allclose(mine, reference, rtol=1e-12)
 
 
 @pytest.mark.parametrize(
@@ -54,14 +41,21 @@ def test_returning_only_y_is_a_clear_error():
         checks.check_batch_norm(batch_norm)
 
 
-def learner_batch_norm_1d(mode_from_grad=False, update_in_eval=False, biased_running=False,
-                          reversed_momentum=False, batch_stats_in_eval=False, count=True,
-                          call_torch=False):  # fmt: skip
+def learner_batch_norm_1d(
+    mode_from_grad=False,
+    update_in_eval=False,
+    biased_running=False,
+    reversed_momentum=False,
+    batch_stats_in_eval=False,
+    count=True,
+    call_torch=False,
+):
     """A hand-written BatchNorm1d, right unless one flag says otherwise."""
 
     class BatchNorm1d(torch.nn.Module):
-        def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                     track_running_stats=True):  # fmt: skip
+        def __init__(
+            self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True
+        ):
             super().__init__()
             self.eps, self.momentum = eps, momentum
             self.weight = torch.nn.Parameter(torch.ones(num_features))
@@ -102,15 +96,18 @@ def test_a_hand_written_module_passes():
     checks.check_batch_norm_module(learner_batch_norm_1d())
 
 
-@pytest.mark.parametrize(("flag", "phrase"), [
-    ("mode_from_grad", "torch.is_grad_enabled()"),
-    ("update_in_eval", "updates the running estimates in eval mode"),
-    ("biased_running", "biased batch variance"),
-    ("reversed_momentum", "momentum points the wrong way"),
-    ("batch_stats_in_eval", "normalized with the batch's own statistics"),
-    ("count", "num_batches_tracked"),
-    ("call_torch", "torch's own normalization function"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "phrase"),
+    [
+        ("mode_from_grad", "torch.is_grad_enabled()"),
+        ("update_in_eval", "updates the running estimates in eval mode"),
+        ("biased_running", "biased batch variance"),
+        ("reversed_momentum", "momentum points the wrong way"),
+        ("batch_stats_in_eval", "normalized with the batch's own statistics"),
+        ("count", "num_batches_tracked"),
+        ("call_torch", "torch's own normalization function"),
+    ],
+)
 def test_each_module_mistake_is_rejected_and_named(flag, phrase):
     options = {flag: flag != "count"}  # count=False is the mistake
     with pytest.raises(checks.CheckFailed) as info:

@@ -99,8 +99,9 @@ def test_in_place_modification_is_named():
 
 def test_upcasting_to_float64_is_named():
     def learner(x, gamma, beta, eps=1e-5):
-        return norms.layer_norm(x.astype(np.float64), gamma.astype(np.float64),
-                                beta.astype(np.float64), eps)  # fmt: skip
+        return norms.layer_norm(
+            x.astype(np.float64), gamma.astype(np.float64), beta.astype(np.float64), eps
+        )
 
     with pytest.raises(checks.CheckFailed, match="dtype float64 but the input was float32"):
         checks.check_layer_norm(learner)
@@ -154,8 +155,9 @@ class RenamedParameters(torch.nn.Module):
 
 class CallsTorch(nn.LayerNorm):
     def forward(self, x):
-        return torch.nn.functional.layer_norm(x, self.normalized_shape, self.weight, self.bias,
-                                              self.eps)  # fmt: skip
+        return torch.nn.functional.layer_norm(
+            x, self.normalized_shape, self.weight, self.bias, self.eps
+        )
 
 
 class SubclassesTorch(torch.nn.LayerNorm):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import nbformat
 import pytest
 
-from addnorm_lib.grading import pipeline as grade
+from addnorm_lib.grading.judge import Grade
 from tests.conftest import ROOT, run_python
 from tests.inprocess import grade_in_process, run_cells
 
@@ -38,8 +38,9 @@ def forward(name, edits, phrase):
 
 
 def backward(name, edits, phrase):
-    return Mutant(name, "layer_norm_backward", edits, frozenset({"test_layer_norm_backward"}),
-                  phrase)  # fmt: skip
+    return Mutant(
+        name, "layer_norm_backward", edits, frozenset({"test_layer_norm_backward"}), phrase
+    )
 
 
 def module(name, edits, phrase):
@@ -50,50 +51,102 @@ TWO_PASS_VAR = "var = (centered**2).mean(axis=-1, keepdims=True)"
 MUTANTS = [
     forward("batch axis", (("axis=-1", "axis=0"),), "batch axis"),
     forward("axis 1, right for 2-D only", (("axis=-1", "axis=1"),), "time axis"),
-    forward("unbiased variance", ((TWO_PASS_VAR, "var = x.var(axis=-1, ddof=1, keepdims=True)"),),
-            "unbiased variance"),
-    forward("eps outside the square root",
-            (("centered / np.sqrt(var + eps)", "centered / (np.sqrt(var) + eps)"),),
-            "outside the square root"),
-    forward("one-pass variance in float32",
-            ((TWO_PASS_VAR, "var = (x**2).mean(axis=-1, keepdims=True) - mean**2"),),
-            "E[x^2] - E[x]^2"),
-    forward("gamma and beta swapped", (("gamma * x_hat + beta", "beta * x_hat + gamma"),),
-            "swapped gamma and beta"),
-    forward("no affine parameters", (("(gamma * x_hat + beta)", "(x_hat)"),),
-            "without the affine step"),
-    forward("modifies its input in place",
-            (("centered = x - mean", "x -= mean\n    centered = x"),), "in place"),
-    forward("broadcasting that only works for 2-D",
-            (("mean = x.mean(axis=-1, keepdims=True)  # (..., 1)\n    centered = x - mean",
-              "mean = x.mean(axis=-1)\n    centered = (x.T - mean).T"),),
-            "any number of leading axes"),
-    forward("returns float64 for float32 input",
-            (("astype(x.dtype, copy=False)", "astype(np.float64)"),), "Keep the input's dtype"),
-    backward("dx drops the mean term",
-             (("        - dx_hat.mean(axis=-1, keepdims=True)\n", ""),), "comes from the mean"),
-    backward("dx drops the variance term",
-             (("        - x_hat * (dx_hat * x_hat).mean(axis=-1, keepdims=True)\n", ""),),
-             "comes from the variance"),
+    forward(
+        "unbiased variance",
+        ((TWO_PASS_VAR, "var = x.var(axis=-1, ddof=1, keepdims=True)"),),
+        "unbiased variance",
+    ),
+    forward(
+        "eps outside the square root",
+        (("centered / np.sqrt(var + eps)", "centered / (np.sqrt(var) + eps)"),),
+        "outside the square root",
+    ),
+    forward(
+        "one-pass variance in float32",
+        ((TWO_PASS_VAR, "var = (x**2).mean(axis=-1, keepdims=True) - mean**2"),),
+        "E[x^2] - E[x]^2",
+    ),
+    forward(
+        "gamma and beta swapped",
+        (("gamma * x_hat + beta", "beta * x_hat + gamma"),),
+        "swapped gamma and beta",
+    ),
+    forward(
+        "no affine parameters", (("(gamma * x_hat + beta)", "(x_hat)"),), "without the affine step"
+    ),
+    forward(
+        "modifies its input in place",
+        (("centered = x - mean", "x -= mean\n    centered = x"),),
+        "in place",
+    ),
+    forward(
+        "broadcasting that only works for 2-D",
+        (
+            (
+                "mean = x.mean(axis=-1, keepdims=True)  # (..., 1)\n    centered = x - mean",
+                "mean = x.mean(axis=-1)\n    centered = (x.T - mean).T",
+            ),
+        ),
+        "any number of leading axes",
+    ),
+    forward(
+        "returns float64 for float32 input",
+        (("astype(x.dtype, copy=False)", "astype(np.float64)"),),
+        "Keep the input's dtype",
+    ),
+    backward(
+        "dx drops the mean term",
+        (("        - dx_hat.mean(axis=-1, keepdims=True)\n", ""),),
+        "comes from the mean",
+    ),
+    backward(
+        "dx drops the variance term",
+        (("        - x_hat * (dx_hat * x_hat).mean(axis=-1, keepdims=True)\n", ""),),
+        "comes from the variance",
+    ),
     backward("dx forgets gamma", (("dx_hat = dy * gamma", "dx_hat = dy"),), "forgets gamma"),
-    backward("dgamma summed over axis 0 only",
-             (("dgamma = (dy * x_hat).sum(axis=leading)", "dgamma = (dy * x_hat).sum(axis=0)"),),
-             "dgamma has shape"),
-    module("torch.var is unbiased by default",
-           (("var = (centered**2).mean(dim=dims, keepdim=True)",
-             "var = x.var(dim=dims, keepdim=True)"),), "unbiased variance"),
-    module("parameters named gamma and beta",
-           (("self.weight", "self.gamma"), ("self.bias", "self.beta"),
+    backward(
+        "dgamma summed over axis 0 only",
+        (("dgamma = (dy * x_hat).sum(axis=leading)", "dgamma = (dy * x_hat).sum(axis=0)"),),
+        "dgamma has shape",
+    ),
+    module(
+        "torch.var is unbiased by default",
+        (
+            (
+                "var = (centered**2).mean(dim=dims, keepdim=True)",
+                "var = x.var(dim=dims, keepdim=True)",
+            ),
+        ),
+        "unbiased variance",
+    ),
+    module(
+        "parameters named gamma and beta",
+        (
+            ("self.weight", "self.gamma"),
+            ("self.bias", "self.beta"),
             ('register_parameter("weight"', 'register_parameter("gamma"'),
-            ('register_parameter("bias"', 'register_parameter("beta"')), "state_dict() has keys"),
-    module("calls torch's layer_norm",
-           (("y = centered / torch.sqrt(var + self.eps)",
-             "y = torch.nn.functional.layer_norm(x, self.normalized_shape, eps=self.eps)"),),
-           "torch's own normalization function"),
+            ('register_parameter("bias"', 'register_parameter("beta"'),
+        ),
+        "state_dict() has keys",
+    ),
+    module(
+        "calls torch's layer_norm",
+        (
+            (
+                "y = centered / torch.sqrt(var + self.eps)",
+                "y = torch.nn.functional.layer_norm(x, self.normalized_shape, eps=self.eps)",
+            ),
+        ),
+        "torch's own normalization function",
+    ),
     module("ignores its eps argument", (("var + self.eps", "var + 1e-5"),), "eps=0.1"),
-    module("normalizes the last axis only", (("dims = tuple(range(-len(self.normalized_shape), 0))",
-                                              "dims = (-1,)"),), "normalized_shape=(3, 5)"),
-]  # fmt: skip
+    module(
+        "normalizes the last axis only",
+        (("dims = tuple(range(-len(self.normalized_shape), 0))", "dims = (-1,)"),),
+        "normalized_shape=(3, 5)",
+    ),
+]
 
 
 def residual(name, cell, edits, fails, phrase):
@@ -106,24 +159,56 @@ DX = "return dy + dx_branch, dW1, db1, dW2"
 FORWARD = {"test_blocks", "test_stack_gradient_norms"}
 BACKWARD = {"test_blocks_backward", "test_stack_gradient_norms"}
 RESIDUAL_MUTANTS = [
-    residual("relu after the addition", "blocks",
-             ((BRANCH, "return np.maximum(x + hidden @ W2, 0)"),), FORWARD,
-             "applies the ReLU after adding the shortcut"),
-    residual("shortcut inside the branch", "blocks", ((BRANCH, "return (x + hidden) @ W2"),),
-             FORWARD, "added inside the branch instead of around it"),
-    residual("missing identity term", "blocks_backward",
-             ((DX, "return dx_branch, dW1, db1, dW2"),), BACKWARD, "missing the identity term"),
-    residual("W1 not transposed", "blocks_backward", (("dx = dpre @ W1.T", "dx = dpre @ W1"),),
-             BACKWARD, "multiplies by W1 instead of its transpose"),
-    residual("W2 not transposed", "blocks_backward",
-             (("dhidden = dy @ W2.T", "dhidden = dy @ W2"),), BACKWARD, "instead of its transpose"),
-    residual("weight gradients for 2-D input only", "blocks_backward",
-             (("x.reshape(-1, channels).T @ dpre.reshape(-1, width)", "x.T @ dpre"),),
-             BACKWARD, "reshape(-1, C)"),
-    residual("norms in reverse order", "stack_gradient_norms",
-             (("return np.array(norms[::-1])", "return np.array(norms)"),),
-             {"test_stack_gradient_norms"}, "reverse order"),
-]  # fmt: skip
+    residual(
+        "relu after the addition",
+        "blocks",
+        ((BRANCH, "return np.maximum(x + hidden @ W2, 0)"),),
+        FORWARD,
+        "applies the ReLU after adding the shortcut",
+    ),
+    residual(
+        "shortcut inside the branch",
+        "blocks",
+        ((BRANCH, "return (x + hidden) @ W2"),),
+        FORWARD,
+        "added inside the branch instead of around it",
+    ),
+    residual(
+        "missing identity term",
+        "blocks_backward",
+        ((DX, "return dx_branch, dW1, db1, dW2"),),
+        BACKWARD,
+        "missing the identity term",
+    ),
+    residual(
+        "W1 not transposed",
+        "blocks_backward",
+        (("dx = dpre @ W1.T", "dx = dpre @ W1"),),
+        BACKWARD,
+        "multiplies by W1 instead of its transpose",
+    ),
+    residual(
+        "W2 not transposed",
+        "blocks_backward",
+        (("dhidden = dy @ W2.T", "dhidden = dy @ W2"),),
+        BACKWARD,
+        "instead of its transpose",
+    ),
+    residual(
+        "weight gradients for 2-D input only",
+        "blocks_backward",
+        (("x.reshape(-1, channels).T @ dpre.reshape(-1, width)", "x.T @ dpre"),),
+        BACKWARD,
+        "reshape(-1, C)",
+    ),
+    residual(
+        "norms in reverse order",
+        "stack_gradient_norms",
+        (("return np.array(norms[::-1])", "return np.array(norms)"),),
+        {"test_stack_gradient_norms"},
+        "reverse order",
+    ),
+]
 MUTANTS += RESIDUAL_MUTANTS
 
 
@@ -141,37 +226,82 @@ batchnorm = one_cell_mutant("batchnorm")
 
 BN_UPDATE = "m * var * n / (n - 1)"
 BATCHNORM_MUTANTS = [
-    batchnorm("biased running variance", "batch_norm",
-              (("momentum * var * n / (n - 1)", "momentum * var"),), "test_batch_norm",
-              "biased batch variance"),
-    batchnorm("reversed momentum", "batch_norm",
-              (("(1 - momentum) * running_mean + momentum * mean",
-                "momentum * running_mean + (1 - momentum) * mean"),), "test_batch_norm",
-              "momentum points the wrong way"),
-    batchnorm("batch statistics in eval", "batch_norm",
-              (("mean, var = running_mean, running_var",
-                "mean, var = x.mean(axis=axes), x.var(axis=axes)"),), "test_batch_norm",
-              "batch's own statistics"),
-    batchnorm("normalizes over the feature axis", "batch_norm",
-              (("axes = (0, *range(2, x.ndim))", "axes = (1,)"),), "test_batch_norm",
-              "per feature (axis 0)"),
-    batchnorm("backward without the mean term", "batch_norm_backward",
-              (("dx_hat - mean_term - var_term", "dx_hat - var_term"),),
-              "test_batch_norm_backward", "the term that comes from the batch mean"),
-    batchnorm("mode from torch.is_grad_enabled()", "batch_norm_module",
-              (("if self.training or not self.track_running_stats:",
-                "if torch.is_grad_enabled() or not self.track_running_stats:"),
-               ("if self.training and self.track_running_stats:",
-                "if torch.is_grad_enabled() and self.track_running_stats:")),
-              "test_batch_norm_module", "torch.is_grad_enabled()"),
-    batchnorm("running statistics updated in eval", "batch_norm_module",
-              (("if self.training and self.track_running_stats:",
-                "if self.track_running_stats:"),), "test_batch_norm_module",
-              "updates the running estimates in eval mode"),
-    batchnorm("running variance unbiased by torch.var's default", "batch_norm_module",
-              (("var = x.var(dim=axes, unbiased=False)", "var = x.var(dim=axes)"),),
-              "test_batch_norm_module", "unbiased variance"),
-]  # fmt: skip
+    batchnorm(
+        "biased running variance",
+        "batch_norm",
+        (("momentum * var * n / (n - 1)", "momentum * var"),),
+        "test_batch_norm",
+        "biased batch variance",
+    ),
+    batchnorm(
+        "reversed momentum",
+        "batch_norm",
+        (
+            (
+                "(1 - momentum) * running_mean + momentum * mean",
+                "momentum * running_mean + (1 - momentum) * mean",
+            ),
+        ),
+        "test_batch_norm",
+        "momentum points the wrong way",
+    ),
+    batchnorm(
+        "batch statistics in eval",
+        "batch_norm",
+        (
+            (
+                "mean, var = running_mean, running_var",
+                "mean, var = x.mean(axis=axes), x.var(axis=axes)",
+            ),
+        ),
+        "test_batch_norm",
+        "batch's own statistics",
+    ),
+    batchnorm(
+        "normalizes over the feature axis",
+        "batch_norm",
+        (("axes = (0, *range(2, x.ndim))", "axes = (1,)"),),
+        "test_batch_norm",
+        "per feature (axis 0)",
+    ),
+    batchnorm(
+        "backward without the mean term",
+        "batch_norm_backward",
+        (("dx_hat - mean_term - var_term", "dx_hat - var_term"),),
+        "test_batch_norm_backward",
+        "the term that comes from the batch mean",
+    ),
+    batchnorm(
+        "mode from torch.is_grad_enabled()",
+        "batch_norm_module",
+        (
+            (
+                "if self.training or not self.track_running_stats:",
+                "if torch.is_grad_enabled() or not self.track_running_stats:",
+            ),
+            (
+                "if self.training and self.track_running_stats:",
+                "if torch.is_grad_enabled() and self.track_running_stats:",
+            ),
+        ),
+        "test_batch_norm_module",
+        "torch.is_grad_enabled()",
+    ),
+    batchnorm(
+        "running statistics updated in eval",
+        "batch_norm_module",
+        (("if self.training and self.track_running_stats:", "if self.track_running_stats:"),),
+        "test_batch_norm_module",
+        "updates the running estimates in eval mode",
+    ),
+    batchnorm(
+        "running variance unbiased by torch.var's default",
+        "batch_norm_module",
+        (("var = x.var(dim=axes, unbiased=False)", "var = x.var(dim=axes)"),),
+        "test_batch_norm_module",
+        "unbiased variance",
+    ),
+]
 MUTANTS += BATCHNORM_MUTANTS
 
 
@@ -179,27 +309,61 @@ rmsnorm = one_cell_mutant("rmsnorm")
 
 
 RMSNORM_MUTANTS = [
-    rmsnorm("eps outside the root", "rms_norm",
-            (("x / np.sqrt(mean_square + eps)", "x / (np.sqrt(mean_square) + eps)"),),
-            "test_rms_norm", "outside the square root"),
-    rmsnorm("subtracts the mean", "rms_norm",
-            (("x_hat = x / np.sqrt(mean_square + eps)",
-              "x_hat = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, "
-              "keepdims=True) + eps)"),), "test_rms_norm", "You subtracted the mean"),
-    rmsnorm("no weight", "rms_norm", (("(x_hat * weight)", "(x_hat)"),), "test_rms_norm",
-            "You left out the weight"),
-    rmsnorm("backward treats the RMS as a constant", "rms_norm_backward",
-            (("(dx_hat - through_rms) / rms", "dx_hat / rms"),), "test_rms_norm_backward",
-            "treats the RMS as a constant"),
-    rmsnorm("no upcast for half precision", "rms_norm_module",
-            (("x32 = x.float() if half else x", "x32 = x"),), "test_rms_norm_module",
-            "matches computing the whole norm in float16"),
-    rmsnorm("module subtracts the mean", "rms_norm_module",
-            (("        mean_square = (x32 * x32)",
-              "        x32 = x32 - x32.mean(dim=dims, keepdim=True)\n"
-              "        mean_square = (x32 * x32)"),),
-            "test_rms_norm_module", "You subtracted the mean"),
-]  # fmt: skip
+    rmsnorm(
+        "eps outside the root",
+        "rms_norm",
+        (("x / np.sqrt(mean_square + eps)", "x / (np.sqrt(mean_square) + eps)"),),
+        "test_rms_norm",
+        "outside the square root",
+    ),
+    rmsnorm(
+        "subtracts the mean",
+        "rms_norm",
+        (
+            (
+                "x_hat = x / np.sqrt(mean_square + eps)",
+                "x_hat = (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, "
+                "keepdims=True) + eps)",
+            ),
+        ),
+        "test_rms_norm",
+        "You subtracted the mean",
+    ),
+    rmsnorm(
+        "no weight",
+        "rms_norm",
+        (("(x_hat * weight)", "(x_hat)"),),
+        "test_rms_norm",
+        "You left out the weight",
+    ),
+    rmsnorm(
+        "backward treats the RMS as a constant",
+        "rms_norm_backward",
+        (("(dx_hat - through_rms) / rms", "dx_hat / rms"),),
+        "test_rms_norm_backward",
+        "treats the RMS as a constant",
+    ),
+    rmsnorm(
+        "no upcast for half precision",
+        "rms_norm_module",
+        (("x32 = x.float() if half else x", "x32 = x"),),
+        "test_rms_norm_module",
+        "matches computing the whole norm in float16",
+    ),
+    rmsnorm(
+        "module subtracts the mean",
+        "rms_norm_module",
+        (
+            (
+                "        mean_square = (x32 * x32)",
+                "        x32 = x32 - x32.mean(dim=dims, keepdim=True)\n"
+                "        mean_square = (x32 * x32)",
+            ),
+        ),
+        "test_rms_norm_module",
+        "You subtracted the mean",
+    ),
+]
 MUTANTS += RMSNORM_MUTANTS
 
 
@@ -207,19 +371,39 @@ deepnorm = one_cell_mutant("deepnorm")
 
 
 DEEPNORM_MUTANTS = [
-    deepnorm("encoder-decoder encoder with the one-stack formula", "deepnorm_constants",
-             (("return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)",
-               "return (2 * n) ** 0.25, (8 * n) ** -0.25"),),
-             "test_deepnorm_constants", "you used the one-stack formulas"),
-    deepnorm("alpha on the branch", "deepnorm_residual",
-             (("norm(alpha * x + sublayer(x))", "norm(x + alpha * sublayer(x))"),),
-             "test_deepnorm_residual", "You multiplied the sublayer's output by alpha"),
-    deepnorm("beta on the query and key projections", "deepnorm_init",
-             (("            layer.ffn.fc1,\n",
-               "            layer.self_attn.q_proj,\n            layer.self_attn.k_proj,\n"
-               "            layer.ffn.fc1,\n"),),
-             "test_deepnorm_init", "you scaled self_attn.q_proj.weight by beta"),
-]  # fmt: skip
+    deepnorm(
+        "encoder-decoder encoder with the one-stack formula",
+        "deepnorm_constants",
+        (
+            (
+                "return 0.81 * (n**4 * m) ** (1 / 16), 0.87 * (n**4 * m) ** (-1 / 16)",
+                "return (2 * n) ** 0.25, (8 * n) ** -0.25",
+            ),
+        ),
+        "test_deepnorm_constants",
+        "you used the one-stack formulas",
+    ),
+    deepnorm(
+        "alpha on the branch",
+        "deepnorm_residual",
+        (("norm(alpha * x + sublayer(x))", "norm(x + alpha * sublayer(x))"),),
+        "test_deepnorm_residual",
+        "You multiplied the sublayer's output by alpha",
+    ),
+    deepnorm(
+        "beta on the query and key projections",
+        "deepnorm_init",
+        (
+            (
+                "            layer.ffn.fc1,\n",
+                "            layer.self_attn.q_proj,\n            layer.self_attn.k_proj,\n"
+                "            layer.ffn.fc1,\n",
+            ),
+        ),
+        "test_deepnorm_init",
+        "you scaled self_attn.q_proj.weight by beta",
+    ),
+]
 MUTANTS += DEEPNORM_MUTANTS
 
 
@@ -227,23 +411,47 @@ placement = one_cell_mutant("placement")
 
 
 PLACEMENT_MUTANTS = [
-    placement("Post-LN block normalizes the sublayer inputs (Pre-LN)", "post_ln_block",
-              (("x = self.norm1(x + self.self_attn(x))", "x = x + self.self_attn(self.norm1(x))"),
-               ("return self.norm2(x + self.ffn(x))", "return x + self.ffn(self.norm2(x))")),
-              "test_post_ln_block", "not normalized"),
-    placement("Pre-LN block adds to the normalized stream", "pre_ln_block",
-              (("x = x + self.self_attn(self.norm1(x))",
-                "x = self.norm1(x) + self.self_attn(self.norm1(x))"),
-               ("return x + self.ffn(self.norm2(x))",
-                "return self.norm2(x) + self.ffn(self.norm2(x))")), "test_pre_ln_block",
-              "adds the sublayer's output to the *normalized* stream"),
-    placement("stack without its final norm", "pre_ln_stack",
-              (("return self.norm(x)", "return x"),), "test_pre_ln_stack",
-              "without the final norm"),
-    placement("schedule without the d_model factor", "schedules",
-              (("return d_model**-0.5 * min(", "return min("),), "test_schedules",
-              "leaves out the d_model ** -0.5 factor"),
-]  # fmt: skip
+    placement(
+        "Post-LN block normalizes the sublayer inputs (Pre-LN)",
+        "post_ln_block",
+        (
+            ("x = self.norm1(x + self.self_attn(x))", "x = x + self.self_attn(self.norm1(x))"),
+            ("return self.norm2(x + self.ffn(x))", "return x + self.ffn(self.norm2(x))"),
+        ),
+        "test_post_ln_block",
+        "not normalized",
+    ),
+    placement(
+        "Pre-LN block adds to the normalized stream",
+        "pre_ln_block",
+        (
+            (
+                "x = x + self.self_attn(self.norm1(x))",
+                "x = self.norm1(x) + self.self_attn(self.norm1(x))",
+            ),
+            (
+                "return x + self.ffn(self.norm2(x))",
+                "return self.norm2(x) + self.ffn(self.norm2(x))",
+            ),
+        ),
+        "test_pre_ln_block",
+        "adds the sublayer's output to the *normalized* stream",
+    ),
+    placement(
+        "stack without its final norm",
+        "pre_ln_stack",
+        (("return self.norm(x)", "return x"),),
+        "test_pre_ln_stack",
+        "without the final norm",
+    ),
+    placement(
+        "schedule without the d_model factor",
+        "schedules",
+        (("return d_model**-0.5 * min(", "return min("),),
+        "test_schedules",
+        "leaves out the d_model ** -0.5 factor",
+    ),
+]
 MUTANTS += PLACEMENT_MUTANTS
 
 
@@ -326,10 +534,10 @@ def graded_by_the_grader(tmp_path_factory):
     for n, mutant in enumerate(THROUGH_THE_GRADER):
         nbformat.write(mutated(mutant), folder / f"mutant{n}-{mutant.assignment}.ipynb")
     out = tmp_path_factory.mktemp("graded-mutants")
-    completed = run_python("-m", "addnorm_lib.grading.pipeline", folder, "--out", out, "--jobs", 2)
+    completed = run_python("-m", "addnorm_lib.grading", folder, "--out", out, "--jobs", 2)
     assert completed.returncode == 0, completed.stderr[-3000:]
     grades = json.loads((out / "grades.json").read_text())["grades"]
-    by_file = {g["submission"]: grade.Grade.from_dict(g) for g in grades}
+    by_file = {g["submission"]: Grade.from_dict(g) for g in grades}
     return {
         m.name: by_file[f"mutant{n}-{m.assignment}.ipynb"] for n, m in enumerate(THROUGH_THE_GRADER)
     }

@@ -39,8 +39,11 @@ def test_released_stubs_fail_every_graded_cell(path):
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
 def test_solution_is_committed_without_outputs(path):
     nb = nbformat.read(path, as_version=4)
-    dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or
-             c.execution_count is not None)]  # fmt: skip
+    dirty = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "code" and (c.outputs or c.execution_count is not None)
+    ]
     assert not dirty, f"{path.name}: clear the outputs of cells {dirty}"
 
 

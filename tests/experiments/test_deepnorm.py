@@ -20,8 +20,14 @@ from addnorm_lib.experiments.deepnorm import (
 )
 from addnorm_lib.reference.deepnorm import DEEPNORM_SCALED, deepnorm_constants
 
-SIZES = {"vocab_size": 7, "seq_len": 5, "num_layers": 3, "d_model": 16, "nhead": 2,
-         "dim_feedforward": 24}  # fmt: skip
+SIZES = {
+    "vocab_size": 7,
+    "seq_len": 5,
+    "num_layers": 3,
+    "d_model": 16,
+    "nhead": 2,
+    "dim_feedforward": 24,
+}
 
 
 def model(seed: int = 0, deepnorm: bool = True) -> SequenceModel:
@@ -83,17 +89,17 @@ def test_training_is_seeded_and_first_change_matches_a_manual_adam_step():
     # one step by hand, with the same batches as train_sequence_model draws them
     m = model(1)
     data = torch.Generator().manual_seed(3)
-    probe, _ = reverse_task(32, 5, 7, data)
+    fixed, _ = reverse_task(32, 5, 7, data)
     tokens, targets = reverse_task(32, 5, 7, data)
     with torch.no_grad():
-        reference = m.features(probe)
+        reference = m.features(fixed)
     opt = torch.optim.Adam(m.parameters(), lr=1e-3, betas=(0.9, 0.98))
     loss = torch.nn.functional.cross_entropy(m(tokens).reshape(-1, 7), targets.reshape(-1))
     loss.backward()
     opt.step()
     assert a.losses[0] == pytest.approx(loss.item(), rel=1e-6)
     assert a.output_change[0] == pytest.approx(
-        relative_output_change(m, reference, probe), rel=1e-6
+        relative_output_change(m, reference, fixed), rel=1e-6
     )
 
 

@@ -44,6 +44,11 @@ def cache():
     return json.loads(CACHE.read_text(encoding="utf-8"))
 
 
+def spec_of(run: dict) -> RunSpec:
+    """The RunSpec of one cached run."""
+    return RunSpec(run["placement"], run["optimizer"], run["lr"], run["warmup"], run["seed"])
+
+
 def test_both_placements_draw_the_same_weights():
     torch.manual_seed(0)
     post = PlacementModel("post", 7, 5, 3, 16, 2, 24)
@@ -55,9 +60,8 @@ def test_both_placements_draw_the_same_weights():
     for name, p in post.named_parameters():
         twin = name.replace("stack.", "stack.layers.", 1)
         assert torch.equal(p, pre_params[twin]), name
-    assert set(pre_params) - {n.replace("stack.", "stack.layers.", 1)
-                              for n, _ in post.named_parameters()} == {
-        "stack.norm.weight", "stack.norm.bias"}  # fmt: skip
+    post_names = {n.replace("stack.", "stack.layers.", 1) for n, _ in post.named_parameters()}
+    assert set(pre_params) - post_names == {"stack.norm.weight", "stack.norm.bias"}
     with pytest.raises(ValueError):
         make_stack("middle", 2, 16, 2, 24)
 
@@ -67,8 +71,9 @@ def test_last_ffn_gradient_norm_is_the_fc2_gradient():
     again = last_ffn_gradient_norm("pre", 2, 0, d_model=16, nhead=2, dim_feedforward=24)
     assert g == again and g > 0  # seeded
     # a larger final-norm input (scaled embeddings) gives a smaller gradient in Pre-LN
-    big = last_ffn_gradient_norm("pre", 2, 0, d_model=16, nhead=2, dim_feedforward=24,
-                                 embed_scale=10.0)  # fmt: skip
+    big = last_ffn_gradient_norm(
+        "pre", 2, 0, d_model=16, nhead=2, dim_feedforward=24, embed_scale=10.0
+    )
     assert big < g / 2
 
 
@@ -101,9 +106,7 @@ def test_warmup_is_linear_then_constant():
 
 def test_cache_covers_the_sweep_and_matches_the_config(cache):
     assert cache["config"] == {**SWEEP_CONFIG, "betas": list(SWEEP_CONFIG["betas"])}
-    cached = [RunSpec(r["placement"], r["optimizer"], r["lr"], r["warmup"], r["seed"])
-              for r in cache["runs"]]  # fmt: skip
-    assert cached == sweep_specs()
+    assert [spec_of(run) for run in cache["runs"]] == sweep_specs()
     assert "python -m addnorm_lib.experiments.placement warmup-sweep" in cache["command"]
     for run in cache["runs"]:
         assert len(run["losses"]) == SWEEP_CONFIG["steps"]
@@ -119,8 +122,7 @@ RECHECKED = [
 @pytest.mark.parametrize("spec", RECHECKED, ids=str)
 def test_cached_runs_are_reproduced(cache, spec):
     """The first steps of a re-run give the cached training losses (one CPU thread, float32)."""
-    (cached,) = [r for r in cache["runs"] if RunSpec(r["placement"], r["optimizer"], r["lr"],
-                                                     r["warmup"], r["seed"]) == spec]  # fmt: skip
+    (cached,) = [run for run in cache["runs"] if spec_of(run) == spec]
     threads = torch.get_num_threads()
     try:
         now = run_spec(spec, {"steps": PREFIX_STEPS})
@@ -142,3 +144,12 @@ def test_placement_diagram_draws_every_box(kind):
     plt.close(fig)
     with pytest.raises(ValueError):
         plots.draw_placement_diagram(ax, "diagonal")
+
+
+def test_an_unknown_placement_or_optimizer_is_refused_with_the_known_names():
+    with pytest.raises(ValueError, match=r"placement must be one of \['post', 'pre'\], got 'mid'"):
+        make_stack("mid", 2, 16, 2, 24)
+    model = PlacementModel("pre", 7, 5, 1, 16, 2, 24)
+    known = r"optimizer must be one of \['adam', 'radam'\], got 'sgd'"
+    with pytest.raises(ValueError, match=known):
+        train_placement_model(model, 0, lr=1e-3, optimizer="sgd", steps=1)

@@ -5,9 +5,11 @@ One grading run over a folder of generated submissions (module fixture); each te
 
 import contextlib
 import csv
+import importlib.util
 import itertools
 import json
 import os
+import py_compile
 import re
 import shutil
 import subprocess
@@ -18,9 +20,10 @@ import time
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 
-from addnorm_lib.grading import pipeline as grade
+from addnorm_lib.grading import pipeline, sandbox
 from tests.conftest import ROOT, run_python
 
 pytestmark = pytest.mark.slow
@@ -28,15 +31,19 @@ pytestmark = pytest.mark.slow
 SOLUTION = ROOT / "solutions" / "layernorm.ipynb"
 EXERCISE = ROOT / "exercises" / "layernorm.ipynb"
 MAX_TOTAL = 10
-GRADER = ("-m", "addnorm_lib.grading.pipeline")
+GRADER = ("-m", "addnorm_lib.grading")
 # Without the jail (no namespaces here), a graded kernel can read the references and write the
 # course itself: the submissions that do so are left out, so the suite never damages its tree.
-JAILED = bool(grade.isolation())
+JAILED = bool(sandbox.isolation())
 NEEDS_JAIL = pytest.mark.skipif(
     not JAILED,
     reason="needs the grader's jail (Linux namespaces), which this machine does not allow",
 )
 FORWARD, BACKWARD, MODULE = "test_layer_norm", "test_layer_norm_backward", "test_layer_norm_module"
+REFERENCE = ROOT / "addnorm_lib" / "reference"
+# The reference compiled, as any run that imports it leaves it (unless PYTHONDONTWRITEBYTECODE).
+NORMS_BYTECODE = Path(importlib.util.cache_from_source(str(REFERENCE / "norms.py")))
+BACK_DOORS = ("reads_reference_bytecode", "imports_reference_mistakes")
 UNBIASED = "def layer_norm(x, gamma, beta, eps=1e-5):\n    return gamma * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta\n"  # noqa: E501
 
 
@@ -153,7 +160,7 @@ def jailbreaks():
         + (
             "import pathlib\n"
             f"for target in [{str(ROOT / 'HACKED')!r},\n"
-            f"               {str(ROOT / 'addnorm_lib' / 'grade.py')!r}]:\n"
+            f"               {str(ROOT / 'addnorm_lib' / 'grading' / 'pipeline.py')!r}]:\n"
             "    try:\n"
             "        pathlib.Path(target).write_text('hacked')\n"
             "    except OSError:\n"
@@ -182,7 +189,44 @@ def jailbreaks():
         "from addnorm_lib.reference.deepnorm import deepnorm_residual\n",
         nbformat.read(ROOT / "solutions" / "deepnorm.ipynb", as_version=4),
     )
-    return cases
+    return cases | back_doors()
+
+
+def back_doors():
+    """name -> notebook: other ways to the reference: its compiled files, its other modules."""
+    bytecode = (
+        "import marshal, os\n"
+        f"reference = {str(REFERENCE)!r}\n"
+        "if '__pycache__' in os.listdir(reference):\n"
+        "    cache = os.path.join(reference, '__pycache__')\n"
+        "    for name in os.listdir(cache):\n"
+        "        if name.startswith('norms.'):\n"
+        "            with open(os.path.join(cache, name), 'rb') as compiled:\n"
+        "                exec(marshal.loads(compiled.read()[16:]))  # defines layer_norm\n"
+    )
+    mistakes = (
+        "from addnorm_lib.reference.mistakes.layernorm import _ln_over\n"
+        "def layer_norm(x, gamma, beta, eps=1e-5):\n"
+        "    return _ln_over(-1)(x, gamma, beta, eps).astype(x.dtype)\n"
+    )
+    return {
+        "reads_reference_bytecode": with_answer("layer_norm", bytecode),
+        "imports_reference_mistakes": with_answer("layer_norm", mistakes),
+    }
+
+
+@contextlib.contextmanager
+def reference_bytecode():
+    """The reference's compiled norms on disk while grading; removed after, unless it was there."""
+    existed = NORMS_BYTECODE.exists()
+    py_compile.compile(str(REFERENCE / "norms.py"), cfile=str(NORMS_BYTECODE), doraise=True)
+    try:
+        yield
+    finally:
+        if not existed:
+            NORMS_BYTECODE.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # not empty: others' bytecode is there too
+                NORMS_BYTECODE.parent.rmdir()
 
 
 @pytest.fixture(scope="module")
@@ -195,18 +239,26 @@ def graded(tmp_path_factory):
             path.write_text(content)
         else:
             nbformat.write(content, path)
-    (folder / "unrelated_homework.ipynb").write_text(nbformat.writes(solution()).replace(
-        '"assignment": "layernorm"', '"assignment": "other"'))  # fmt: skip
+    unrelated = nbformat.writes(solution())
+    unrelated = unrelated.replace('"assignment": "layernorm"', '"assignment": "other"')
+    (folder / "unrelated_homework.ipynb").write_text(unrelated)
     out = tmp_path_factory.mktemp("out")
     start = time.monotonic()
     options = ["--jobs", 2, "--timeout", 20, "--memory-mb", 2048]
-    completed = run_python(*GRADER, folder, "--out", out, *options)
+    with reference_bytecode() if JAILED else contextlib.nullcontext():
+        completed = run_python(*GRADER, folder, "--out", out, *options)
     seconds = time.monotonic() - start
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = {row["submission"]: row for row in csv.DictReader((out / "grades.csv").open())}
     details = {g["submission"]: g for g in json.loads((out / "grades.json").read_text())["grades"]}
-    return {"rows": rows, "details": details, "out": out, "folder": folder, "seconds": seconds,
-            "stdout": completed.stdout}  # fmt: skip
+    return {
+        "rows": rows,
+        "details": details,
+        "out": out,
+        "folder": folder,
+        "seconds": seconds,
+        "stdout": completed.stdout,
+    }
 
 
 def row(graded, name):
@@ -226,14 +278,14 @@ def message(graded, name, grade_id):
 def test_every_submission_has_a_row(graded):
     expected = {f"{name}.ipynb" for name in submissions()} | {"unrelated_homework.ipynb"}
     assert set(graded["rows"]) == expected
-    assert set(graded["rows"]["correct.ipynb"]) >= {"submission", "assignment", "status", FORWARD,
-                                                    "total", "max_total"}  # fmt: skip
+    columns = {"submission", "assignment", "status", FORWARD, "total", "max_total"}
+    assert set(graded["rows"]["correct.ipynb"]) >= columns
 
 
-@pytest.mark.skipif(not grade.isolation(), reason="warm kernels need namespaces")
+@pytest.mark.skipif(not JAILED, reason="warm kernels need namespaces")
 def test_every_notebook_ran_in_a_warm_kernel(graded):
-    executed = [r for r in graded["rows"].values()
-                if r["status"] not in ("malformed", "unknown_assignment")]  # fmt: skip
+    not_run = ("malformed", "unknown_assignment")
+    executed = [r for r in graded["rows"].values() if r["status"] not in not_run]
     assert f"; {len(executed)} warm kernels;" in graded["stdout"], graded["stdout"]
 
 
@@ -328,13 +380,18 @@ def test_the_notebook_wall_clock_limit_stops_a_submission_and_its_kernel(tmp_pat
     (found,) = json.loads((tmp_path / "out" / "grades.json").read_text())["grades"]
     assert found["status"] == "timeout" and "wall-clock" in found["reason"]
     assert found["seconds"] < 30
-    marker = str(temporary).encode()
-    survivors = []
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if entry.name.isdigit() and marker in (entry / "environ").read_bytes():
-                survivors.append(entry.name)
+    survivors = processes_whose_environment_names(str(temporary))
     assert not survivors, f"processes of the graded notebook left running: {survivors}"
+
+
+def processes_whose_environment_names(text: str) -> list[int]:
+    """PIDs of the processes with ``text`` in the value of an environment variable."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if any(text in value for value in process.environ().values()):
+                found.append(process.pid)
+    return found
 
 
 def test_huge_output_is_survived_and_truncated(graded):
@@ -362,6 +419,14 @@ def test_a_second_assignment_in_the_same_folder(graded):
 
 
 @NEEDS_JAIL
+@pytest.mark.parametrize("name", BACK_DOORS)
+def test_the_reference_has_no_back_door(graded, name):
+    """Neither its compiled files nor its other modules (the mistakes) are there to be found."""
+    assert points(graded, name)[FORWARD] == 0, message(graded, name, FORWARD)
+    assert "NameError" in message(graded, name, FORWARD)
+
+
+@NEEDS_JAIL
 def test_every_assignments_reference_is_hidden(graded):
     stolen = row(graded, "residuals_imports_reference")
     assert stolen["test_blocks"] == "0" and stolen["test_blocks_backward"] == "4"
@@ -372,7 +437,7 @@ def test_every_assignments_reference_is_hidden(graded):
 @NEEDS_JAIL
 def test_files_written_by_a_submission_change_nothing(graded):
     assert not (ROOT / "HACKED").exists()
-    assert "hacked" not in (ROOT / "addnorm_lib" / "grade.py").read_text()[:100]
+    assert "hacked" not in (ROOT / "addnorm_lib" / "grading" / "pipeline.py").read_text()[:100]
 
 
 def test_feedback_names_hidden_tests_but_hides_their_code(graded):
@@ -409,21 +474,14 @@ def test_a_missing_path_is_an_error(tmp_path):
     assert completed.returncode == 2 and "no such file" in completed.stderr
 
 
-def test_checks_called_by_a_test_cell_are_found():
-    assignment = grade.load_assignment(SOLUTION)
-    forward = next(t for t in assignment.tests if t.grade_id == FORWARD)
-    assert forward.checks == (("check_layer_norm", 0), ("check_layer_norm", 2024))
-    assert forward.hidden
-
-
 def test_without_namespaces_grading_still_works(monkeypatch):
     """Where namespaces are not allowed there is no jail, but the grades are the same."""
-    monkeypatch.setattr(grade, "isolation", lambda: [])
+    monkeypatch.setattr(sandbox, "isolation", lambda: [])
     kernel = [sys.executable, "-m", "addnorm_lib.grading._graded_kernel"]
-    assert grade.kernel_argv(ROOT)[:3] == kernel
-    result = grade.grade_one(SOLUTION)
+    assert sandbox.kernel_argv(ROOT)[:3] == kernel
+    result = pipeline.grade_one(SOLUTION)
     assert result.status == "ok" and result.total == MAX_TOTAL
-    stubs = grade.grade_one(EXERCISE)
+    stubs = pipeline.grade_one(EXERCISE)
     assert stubs.status == "ok" and stubs.total == 0
 
 

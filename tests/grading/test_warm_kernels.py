@@ -4,38 +4,41 @@ Each test starts graded kernels the way nbval does (a KernelManager on the grade
 while a zygote runs, and checks what a kernel is, sees and survives.
 """
 
+import contextlib
 import os
 import queue
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
-from addnorm_lib.grading import pipeline as grade
+from addnorm_lib.grading import sandbox
+from addnorm_lib.grading.settings import COURSE_ROOT, Settings
 from tests.conftest import run_python
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not grade.isolation(), reason="warm kernels need namespaces"),
+    pytest.mark.skipif(not sandbox.isolation(), reason="warm kernels need namespaces"),
 ]
 
 
 @pytest.fixture(scope="module")
 def zygote(tmp_path_factory):
-    settings = grade.Settings(grade.COURSE_ROOT / "solutions", jobs=2)
-    with grade.run_folder_context() as folder:  # short, as the grader's: the socket lives in it
+    settings = Settings(jobs=2)
+    with sandbox.run_folder_context() as folder:  # short, as the grader's: the socket lives in it
         run_folder = Path(folder)
-        with grade.warm_kernels(run_folder, settings, tmp_path_factory.mktemp("out")) as stats:
-            assert (run_folder / grade.ZYGOTE_SOCKET).exists(), "the zygote did not start"
+        with sandbox.warm_kernels(run_folder, settings, tmp_path_factory.mktemp("out")) as stats:
+            assert (run_folder / sandbox.ZYGOTE_SOCKET).exists(), "the zygote did not start"
             yield {"run_folder": run_folder, "stats": stats}
 
 
 @pytest.fixture
 def run_folder():
     """A grading run's folder, short whatever TMPDIR is: a socket path has at most 107 bytes."""
-    with grade.run_folder_context() as folder:
+    with sandbox.run_folder_context() as folder:
         yield Path(folder)
 
 
@@ -46,9 +49,9 @@ class Kernel:
         work = run_folder / name
         for folder in ("private", "sandbox/runtime"):
             (work / folder).mkdir(parents=True)
-        grade.write_kernelspec(work / "private", run_folder)
+        sandbox.write_kernelspec(work / "private", run_folder)
         specs = KernelSpecManager(kernel_dirs=[str(work / "private" / "kernels")])
-        self.manager = KernelManager(kernel_name=grade.KERNEL_NAME, kernel_spec_manager=specs)
+        self.manager = KernelManager(kernel_name=sandbox.KERNEL_NAME, kernel_spec_manager=specs)
         self.manager.connection_file = str(work / "sandbox" / "runtime" / "kernel.json")
         self.manager.start_kernel(cwd=str(work / "sandbox"))
         self.client = self.manager.client()
@@ -86,10 +89,7 @@ def kernel(zygote, request):
 
 def zygote_children(zygote) -> set[int]:
     """PIDs of the zygote's children (each warm kernel's waiting parent)."""
-    children = set()
-    for task in Path(f"/proc/{zygote['stats']['pid']}/task").iterdir():
-        children |= {int(c) for c in (task / "children").read_text().split()}
-    return children
+    return {child.pid for child in psutil.Process(zygote["stats"]["pid"]).children()}
 
 
 def test_a_warm_kernel_starts_with_torch_imported_and_no_reference(kernel):
@@ -101,12 +101,12 @@ def test_a_warm_kernel_starts_with_torch_imported_and_no_reference(kernel):
 
 
 def test_a_warm_kernel_sees_only_its_jail(kernel, zygote):
-    socket_path = zygote["run_folder"] / grade.ZYGOTE_SOCKET
-    course = str(grade.COURSE_ROOT)
+    socket_path = zygote["run_folder"] / sandbox.ZYGOTE_SOCKET
+    course = str(COURSE_ROOT)
     status, printed = kernel.run(
-        "import os\n"
+        "import os, psutil\n"
         f"print(os.path.exists({str(socket_path)!r}), os.access({course!r}, os.W_OK))\n"
-        "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
+        "print(sorted(psutil.pids()))"
     )
     assert status == "ok"
     exists_line, pids_line = printed.strip().split("\n")
@@ -172,19 +172,18 @@ def test_a_killed_jail_leaves_no_process_behind(zygote):
     doomed.client.stop_channels()
 
 
-def processes_running(argument: str) -> list[str]:
+def processes_running(argument: str) -> list[int]:
+    """PIDs of the processes that have ``argument`` on their command line."""
     found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and argument.encode() in (proc / "cmdline").read_bytes():
-                found.append(proc.name)
-        except OSError:
-            continue
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if argument in process.cmdline():
+                found.append(process.pid)
     return found
 
 
 def test_without_a_zygote_the_stand_in_starts_a_cold_kernel(run_folder):
-    (run_folder / grade.ZYGOTE_SOCKET).touch()  # a socket file nobody listens on
+    (run_folder / sandbox.ZYGOTE_SOCKET).touch()  # a socket file nobody listens on
     cold = Kernel(run_folder, "cold")
     try:
         assert cold.run("import sys\nprint('torch' in sys.modules)") == ("ok", "False\n")
@@ -213,8 +212,8 @@ def test_the_zygote_stops_when_its_grader_goes(run_folder):
 
 
 def test_no_warm_kernel_outlives_its_zygote(run_folder):
-    settings = grade.Settings(grade.COURSE_ROOT / "solutions", jobs=1)
-    with grade.warm_kernels(run_folder, settings, run_folder / "out"):
+    settings = Settings(jobs=1)
+    with sandbox.warm_kernels(run_folder, settings, run_folder / "out"):
         orphan = Kernel(run_folder, "orphan")
         assert orphan.run("import subprocess\nsubprocess.Popen(['sleep', '600.5'])")[0] == "ok"
         assert processes_running("600.5")

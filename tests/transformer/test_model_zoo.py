@@ -12,10 +12,8 @@ from addnorm_lib.transformer.architectures import OffsetRMSNorm, ParallelBlock, 
 from addnorm_lib.transformer.sublayers import FeedForward, SelfAttention
 
 D, H, F = 16, 2, 32  # smaller than the chapter's: the tests only need the behaviour
-ROWS = [
-    "transformer_2017", "bert", "gpt2", "t5", "llama", "deepseek_v3",
-    "glm130b", "gemma", "olmo2", "bloom", "palm",
-]  # fmt: skip
+ROWS = ["transformer_2017", "bert", "gpt2", "t5", "llama", "deepseek_v3"]
+ROWS += ["glm130b", "gemma", "olmo2", "bloom", "palm"]
 
 
 @pytest.fixture(autouse=True)
@@ -24,7 +22,7 @@ def _seed():
 
 
 def x():
-    return zoo.probe_input(d_model=D)
+    return zoo.sample_input(d_model=D)
 
 
 def parts():
@@ -73,7 +71,8 @@ WRONG = {
     "gpt2 without its final norm": ("gpt2", lambda: stack(pre())),
     "gpt2 built Post-LN": ("gpt2", lambda: stack(post(), final_norm=nn.LayerNorm(D))),
     "gpt2 with the final norm's eps 1e-6": (
-        "gpt2", lambda: stack(pre(), final_norm=nn.LayerNorm(D, eps=1e-6))
+        "gpt2",
+        lambda: stack(pre(), final_norm=nn.LayerNorm(D, eps=1e-6)),
     ),
     "t5 with LayerNorm": ("t5", lambda: stack(pre())),
     "t5 with RMSNorm's default eps": ("t5", lambda: stack(pre(nn.RMSNorm))),
@@ -83,13 +82,16 @@ WRONG = {
     "deepseek_v3 with LayerNorm": ("deepseek_v3", lambda: stack(pre())),
     "deepseek_v3 built Post-LN": ("deepseek_v3", lambda: stack(post())),
     "glm130b with DeepNet's alpha": (
-        "glm130b", lambda: zoo.ZooStack([DeepNormLayer(D, H, F, alpha=4**0.25) for _ in range(2)])
+        "glm130b",
+        lambda: zoo.ZooStack([DeepNormLayer(D, H, F, alpha=4**0.25) for _ in range(2)]),
     ),
     "glm130b with alpha 1 (Post-LN)": (
-        "glm130b", lambda: zoo.ZooStack([DeepNormLayer(D, H, F) for _ in range(2)])
+        "glm130b",
+        lambda: zoo.ZooStack([DeepNormLayer(D, H, F) for _ in range(2)]),
     ),
     "gemma with a plain RMSNorm (scales by weight)": (
-        "gemma", lambda: stack(lambda a, f: SandwichBlock(a, f, D, norm=nn.RMSNorm))
+        "gemma",
+        lambda: stack(lambda a, f: SandwichBlock(a, f, D, norm=nn.RMSNorm)),
     ),
     "gemma without the norm after the attention": ("gemma", lambda: stack(no_post_attn_norm)),
     "olmo2 built pre-RMSNorm": ("olmo2", lambda: stack(pre(nn.RMSNorm))),
@@ -98,7 +100,7 @@ WRONG = {
     "bloom without its final norm": ("bloom", lambda: stack(pre(), embed_norm=nn.LayerNorm(D))),
     "palm built sequential": ("palm", lambda: stack(pre(lambda d: nn.LayerNorm(d, bias=False)))),
     "palm with a biased LayerNorm": ("palm", lambda: stack(biased_parallel)),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(WRONG))
@@ -120,7 +122,7 @@ def test_naming_trap_roles_are_told_apart_by_behaviour():
     )
 
 
-def test_naming_trap_probe_rejects_a_norm_that_is_neither():
+def test_naming_trap_check_rejects_a_norm_that_is_neither():
     layer = zoo.OutputNormNaming(D, H, F)
     layer.post_attention_layernorm.register_forward_pre_hook(lambda m, args: (2 * args[0],))
     with pytest.raises(zoo.ZooCheckError):
@@ -144,3 +146,9 @@ def test_recorder_removes_its_hooks():
     with zoo.Recorder({"attn": model.layers[0].self_attn}):
         pass
     assert not model.layers[0].self_attn._forward_hooks
+
+
+def test_the_pre_norm_check_refuses_an_unknown_norm_kind_with_the_known_kinds():
+    t = zoo.trace(build("gpt2"), x())
+    with pytest.raises(ValueError, match=r"norm kind must be one of \['ln', 'rms'\], got 'layer'"):
+        zoo._check_pre_norm(t, "layer", final=True)

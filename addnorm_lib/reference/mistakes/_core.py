@@ -17,6 +17,7 @@ class Mistake:
 
 
 def _stats(x, axis, ddof=0):
+    """Mean and variance over ``axis`` (an int or a tuple), kept dims; divisor n - ddof."""
     mean = x.mean(axis=axis, keepdims=True)
     var = ((x - mean) ** 2).sum(axis=axis, keepdims=True) / (
         np.prod([x.shape[a] for a in np.atleast_1d(axis)]) - ddof
@@ -25,6 +26,7 @@ def _stats(x, axis, ddof=0):
 
 
 def _normalize(x, axis, eps, ddof=0, eps_outside=False, use_eps=True):
+    """``(x - mean) / sqrt(var + eps)`` over ``axis``, or one of its slips the options name."""
     mean, var = _stats(x, axis, ddof)
     if not use_eps:
         return (x - mean) / np.sqrt(var)
@@ -44,15 +46,29 @@ def dispatch(table: dict, kind: str, what: str):
     return table[kind]
 
 
+def _layer_axes(x, gamma):
+    """LayerNorm: statistics over the last axis; gamma (C,) broadcasts as it is."""
+    return (-1,), gamma.shape
+
+
+def _batch_axes(x, gamma):
+    """BatchNorm: statistics over every axis but the channel axis 1; gamma (C,) along axis 1."""
+    return (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
+
+
+# norm -> (x, gamma) -> (reduced axes, the shape gamma is reshaped to)
+_NORM_AXES = {"layer": _layer_axes, "batch": _batch_axes}
+
+
 def _backward_dx(norm="layer", keep_mean_term=True, keep_var_term=True, use_gamma=True):
-    """A norm's dx with terms dropped on purpose: LayerNorm's statistics are over the last axis,
-    BatchNorm's over every axis but the channel axis 1 (gamma then broadcasts along axis 1)."""
+    """A norm's dx with terms dropped on purpose; ``norm`` is ``"layer"`` or ``"batch"``.
+
+    The returned ``compute(dy, x, gamma, eps)`` gives ``(dx, None, None)``, dx of x's shape.
+    """
+    axes_of = dispatch(_NORM_AXES, norm, "backward dx")
 
     def compute(dy, x, gamma, eps=1e-5):
-        if norm == "layer":
-            axes, channel = (-1,), gamma.shape
-        else:
-            axes, channel = (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
+        axes, channel = axes_of(x, gamma)
         mean, var = _stats(x, axes)
         inv_std = 1.0 / np.sqrt(var + eps)
         x_hat = (x - mean) * inv_std

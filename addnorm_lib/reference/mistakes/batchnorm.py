@@ -11,9 +11,15 @@ from addnorm_lib.reference.mistakes._core import Mistake, _backward_dx
 #            -> (y, new_running_mean, new_running_var), statistics over axis 0 and axes 2, 3, ...
 
 
-def _batch_norm_variant(*, axes=None, biased_running=False, reversed_momentum=False,
-                        batch_stats_in_eval=False, update_in_eval=False,
-                        unbiased_normalize=False):  # fmt: skip
+def _batch_norm_variant(
+    *,
+    axes=None,
+    biased_running=False,
+    reversed_momentum=False,
+    batch_stats_in_eval=False,
+    update_in_eval=False,
+    unbiased_normalize=False,
+):
     """A batch_norm with one convention changed; ``axes(x)`` picks the reduced axes."""
 
     def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5):

@@ -12,20 +12,30 @@ from addnorm_lib.reference.mistakes._core import Mistake, dispatch
 
 
 def _encoder_only(n: int) -> tuple[float, float]:
+    """The one-stack constants ``((2n)^(1/4), (8n)^(-1/4))``."""
     return (2 * n) ** 0.25, (8 * n) ** -0.25
 
 
-def _constants_variant(architecture, num_encoder_layers=0, num_decoder_layers=0, stack=None, *,
-                       one_stack_formula=False, swapped=False, beta_is_inverse=False):  # fmt: skip
-    """deepnorm_constants with one slip; the options say which."""
+def _constants_variant(
+    architecture,
+    num_encoder_layers=0,
+    num_decoder_layers=0,
+    stack=None,
+    *,
+    one_stack_formula=False,
+    swapped=False,
+    beta_is_inverse=False,
+):
+    """deepnorm_constants with one slip; the options say which. Returns ``[alpha, beta]``.
+
+    The names are checked as the reference checks them: an unknown architecture or stack raises.
+    """
     from addnorm_lib.reference.deepnorm import deepnorm_constants
 
+    alpha, beta = deepnorm_constants(architecture, num_encoder_layers, num_decoder_layers, stack)
     if one_stack_formula and architecture == "encoder-decoder":
-        layers = num_encoder_layers if stack == "encoder" else num_decoder_layers
+        layers = {"encoder": num_encoder_layers, "decoder": num_decoder_layers}[stack]
         alpha, beta = _encoder_only(layers)
-    else:
-        alpha, beta = deepnorm_constants(architecture, num_encoder_layers, num_decoder_layers,
-                                         stack)  # fmt: skip
     if swapped:
         alpha, beta = beta, alpha
     if beta_is_inverse:

@@ -65,34 +65,78 @@ def _block_mistake(kind, diagnosis, hint):
 _POST = "x = norm1(x + self_attn(x)); then x = norm2(x + ffn(x))."
 _PRE = "x = x + self_attn(norm1(x)); then x = x + ffn(norm2(x))."
 POST_LN_BLOCK_MISTAKES = (
-    _block_mistake("pre_ln", "Your block is Pre-LN: it normalizes the sublayers' inputs. Post-LN "
-                   "adds first and normalizes the sum.", _POST),
-    _block_mistake("one_norm_post", "Your block uses norm1 twice: the FFN's sum must go through "
-                   "norm2, which has its own weight and bias.", _POST),
-    _block_mistake("ffn_first_post", "Your block runs the FFN before the attention: a Transformer "
-                   "layer attends first.", _POST),
-    _block_mistake("post_norm_inside", "Your block normalizes the sublayers' inputs as well as the "
-                   "sums: Post-LN's sublayers read the stream as it is.", _POST),
-    _block_mistake("norm_on_branch", "Your block normalizes each sublayer's output before adding "
-                   "it (OLMo 2's placement), not the sum.", _POST),
-    _block_mistake("no_residual", "Your block has no residual connection: the sublayers' outputs "
-                   "must be added to their inputs.", _POST),
-)  # fmt: skip
+    _block_mistake(
+        "pre_ln",
+        "Your block is Pre-LN: it normalizes the sublayers' inputs. Post-LN adds first and "
+        "normalizes the sum.",
+        _POST,
+    ),
+    _block_mistake(
+        "one_norm_post",
+        "Your block uses norm1 twice: the FFN's sum must go through norm2, which has its own "
+        "weight and bias.",
+        _POST,
+    ),
+    _block_mistake(
+        "ffn_first_post",
+        "Your block runs the FFN before the attention: a Transformer layer attends first.",
+        _POST,
+    ),
+    _block_mistake(
+        "post_norm_inside",
+        "Your block normalizes the sublayers' inputs as well as the sums: Post-LN's sublayers read "
+        "the stream as it is.",
+        _POST,
+    ),
+    _block_mistake(
+        "norm_on_branch",
+        "Your block normalizes each sublayer's output before adding it (OLMo 2's placement), not "
+        "the sum.",
+        _POST,
+    ),
+    _block_mistake(
+        "no_residual",
+        "Your block has no residual connection: the sublayers' outputs must be added to their "
+        "inputs.",
+        _POST,
+    ),
+)
 PRE_LN_BLOCK_MISTAKES = (
-    _block_mistake("post_ln", "Your block is Post-LN: it normalizes the sum after the add. Pre-LN "
-                   "normalizes a copy of the stream for each sublayer and never the stream.", _PRE),
-    _block_mistake("one_norm_pre", "Your block uses norm1 for both sublayers: the FFN's input must "
-                   "go through norm2, which has its own weight and bias.", _PRE),
-    _block_mistake("ffn_first_pre", "Your block runs the FFN before the attention: a Transformer "
-                   "layer attends first.", _PRE),
-    _block_mistake("normalized_residual", "Your block adds the sublayer's output to the "
-                   "*normalized* stream, norm1(x) + self_attn(norm1(x)): the residual must carry "
-                   "x itself, unnormalized.", _PRE),
-    _block_mistake("norm_on_branch", "Your block normalizes each sublayer's output (OLMo 2's "
-                   "placement) instead of its input.", _PRE),
-    _block_mistake("no_residual", "Your block has no residual connection: the sublayers' outputs "
-                   "must be added to their inputs.", _PRE),
-)  # fmt: skip
+    _block_mistake(
+        "post_ln",
+        "Your block is Post-LN: it normalizes the sum after the add. Pre-LN normalizes a copy of "
+        "the stream for each sublayer and never the stream.",
+        _PRE,
+    ),
+    _block_mistake(
+        "one_norm_pre",
+        "Your block uses norm1 for both sublayers: the FFN's input must go through norm2, which "
+        "has its own weight and bias.",
+        _PRE,
+    ),
+    _block_mistake(
+        "ffn_first_pre",
+        "Your block runs the FFN before the attention: a Transformer layer attends first.",
+        _PRE,
+    ),
+    _block_mistake(
+        "normalized_residual",
+        "Your block adds the sublayer's output to the *normalized* stream, norm1(x) + "
+        "self_attn(norm1(x)): the residual must carry x itself, unnormalized.",
+        _PRE,
+    ),
+    _block_mistake(
+        "norm_on_branch",
+        "Your block normalizes each sublayer's output (OLMo 2's placement) instead of its input.",
+        _PRE,
+    ),
+    _block_mistake(
+        "no_residual",
+        "Your block has no residual connection: the sublayers' outputs must be added to their "
+        "inputs.",
+        _PRE,
+    ),
+)
 
 
 STACK_SLIPS = ("no_final_norm", "norm_after_each", "norm_first", "reversed")
@@ -118,19 +162,32 @@ def _stack_variant(kind):
 
 
 PRE_LN_STACK_MISTAKES = (
-    Mistake("no_final_norm", "Your stack returns the last layer's output without the final norm: "
-            "a Pre-LN stream is never normalized inside the blocks, so the stack must end with "
-            "norm.", "for layer in self.layers: x = layer(x); then return self.norm(x).",
-            _stack_variant("no_final_norm")),
-    Mistake("norm_after_each", "Your stack applies the final norm after every layer: it belongs "
-            "once, at the end.", "for layer in self.layers: x = layer(x); then return "
-            "self.norm(x).", _stack_variant("norm_after_each")),
-    Mistake("norm_first", "Your stack applies its norm before the layers instead of after them.",
-            "for layer in self.layers: x = layer(x); then return self.norm(x).",
-            _stack_variant("norm_first")),
-    Mistake("reversed", "Your stack applies the layers in reverse order.",
-            "Apply self.layers in the order given.", _stack_variant("reversed")),
-)  # fmt: skip
+    Mistake(
+        "no_final_norm",
+        "Your stack returns the last layer's output without the final norm: a Pre-LN stream is "
+        "never normalized inside the blocks, so the stack must end with norm.",
+        "for layer in self.layers: x = layer(x); then return self.norm(x).",
+        _stack_variant("no_final_norm"),
+    ),
+    Mistake(
+        "norm_after_each",
+        "Your stack applies the final norm after every layer: it belongs once, at the end.",
+        "for layer in self.layers: x = layer(x); then return self.norm(x).",
+        _stack_variant("norm_after_each"),
+    ),
+    Mistake(
+        "norm_first",
+        "Your stack applies its norm before the layers instead of after them.",
+        "for layer in self.layers: x = layer(x); then return self.norm(x).",
+        _stack_variant("norm_first"),
+    ),
+    Mistake(
+        "reversed",
+        "Your stack applies the layers in reverse order.",
+        "Apply self.layers in the order given.",
+        _stack_variant("reversed"),
+    ),
+)
 
 
 SCHEDULE_SLIPS = ("off_by_one", "no_d_model", "warmup_power", "max")
@@ -153,20 +210,33 @@ def _schedule_variant(kind):
 
 
 VASWANI_LR_MISTAKES = (
-    Mistake("no_d_model", "Your schedule leaves out the d_model ** -0.5 factor.",
-            "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
-            _schedule_variant("no_d_model")),
-    Mistake("max_instead_of_min", "Your schedule takes the max of the two branches: the min is "
-            "what makes it rise, then fall.",
-            "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
-            _schedule_variant("max")),
-    Mistake("warmup_power", "Your warm-up branch uses warmup ** -0.5: it is step * warmup ** -1.5, "
-            "so that both branches meet at step = warmup.",
-            "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
-            _schedule_variant("warmup_power")),
-    Mistake("off_by_one", "Your schedule is one step ahead: steps are counted from 1, as given.",
-            "Use step as it is; do not add 1.", _schedule_variant("off_by_one")),
-)  # fmt: skip
+    Mistake(
+        "no_d_model",
+        "Your schedule leaves out the d_model ** -0.5 factor.",
+        "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+        _schedule_variant("no_d_model"),
+    ),
+    Mistake(
+        "max_instead_of_min",
+        "Your schedule takes the max of the two branches: the min is what makes it rise, then "
+        "fall.",
+        "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+        _schedule_variant("max"),
+    ),
+    Mistake(
+        "warmup_power",
+        "Your warm-up branch uses warmup ** -0.5: it is step * warmup ** -1.5, so that both "
+        "branches meet at step = warmup.",
+        "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+        _schedule_variant("warmup_power"),
+    ),
+    Mistake(
+        "off_by_one",
+        "Your schedule is one step ahead: steps are counted from 1, as given.",
+        "Use step as it is; do not add 1.",
+        _schedule_variant("off_by_one"),
+    ),
+)
 
 
 RSQRT_SLIPS = ("off_by_one", "no_sqrt")
@@ -186,9 +256,17 @@ def _rsqrt_variant(kind):
 
 
 WARMUP_RSQRT_LR_MISTAKES = (
-    Mistake("no_sqrt", "After the warm-up your schedule decays as warmup / step: the decay is "
-            "its square root, sqrt(warmup / step).",
-            "lr = peak_lr * min(step / warmup, sqrt(warmup / step)).", _rsqrt_variant("no_sqrt")),
-    Mistake("off_by_one", "Your schedule is one step ahead: steps are counted from 1, as given.",
-            "Use step as it is; do not add 1.", _rsqrt_variant("off_by_one")),
-)  # fmt: skip
+    Mistake(
+        "no_sqrt",
+        "After the warm-up your schedule decays as warmup / step: the decay is its square root, "
+        "sqrt(warmup / step).",
+        "lr = peak_lr * min(step / warmup, sqrt(warmup / step)).",
+        _rsqrt_variant("no_sqrt"),
+    ),
+    Mistake(
+        "off_by_one",
+        "Your schedule is one step ahead: steps are counted from 1, as given.",
+        "Use step as it is; do not add 1.",
+        _rsqrt_variant("off_by_one"),
+    ),
+)

@@ -1,0 +1,83 @@
+"""The grader's settings: one dataclass holds every default, and the command line is built from it.
+
+Each field of :class:`Settings` is one command-line flag. The flag's name comes from the field's
+name (``memory_mb`` is ``--memory-mb``) unless its metadata gives another one, its help text from
+the metadata, and its default from the field itself, so that no default is written twice.
+"""
+
+import argparse
+import math
+import os
+from dataclasses import Field, dataclass, field, fields
+from pathlib import Path
+
+COURSE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def flag(help_text: str, name: str | None = None) -> dict:
+    """A field's metadata: its flag's help text and, when not derived from the field, its name."""
+    return {"help": help_text, "flag": name}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How to grade: the instructor's notebooks, where reports go, and the limits of each kernel."""
+
+    source: Path = field(
+        default=COURSE_ROOT / "solutions", metadata=flag("the instructor's notebooks")
+    )
+    out: Path = field(default=Path("grades"), metadata=flag("folder for the reports"))
+    jobs: int = field(default=os.cpu_count() or 1, metadata=flag("notebooks graded at once"))
+    cell_timeout: float = field(default=60.0, metadata=flag("seconds per cell", "--timeout"))
+    notebook_timeout: float = field(default=600.0, metadata=flag("seconds per notebook"))
+    memory_mb: int = field(default=2048, metadata=flag("memory cap of each kernel, in MiB"))
+    file_mb: int = field(default=64, metadata=flag("largest file a kernel may write, in MiB"))
+    resume: bool = field(
+        default=False, metadata=flag("skip submissions already graded (unless the file changed)")
+    )
+
+
+def flag_of(option: Field) -> str:
+    """The command-line flag of a field of :class:`Settings`."""
+    return option.metadata["flag"] or "--" + option.name.replace("_", "-")
+
+
+def positive(kind: type):
+    """An argparse type: a finite number of ``kind`` above zero, or a clear error."""
+
+    def parse(text: str):
+        value = kind(text)  # a ValueError reads "invalid int value: 'abc'"
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def argument_options(option: Field) -> dict:
+    """``add_argument`` options of a field: its default, help and how its value is parsed."""
+    options = {"dest": option.name, "default": option.default}
+    if option.type is bool:
+        return {**options, "action": "store_true", "help": option.metadata["help"]}
+    parse = positive(option.type) if option.type in (int, float) else Path
+    help_text = option.metadata["help"] + " (default: %(default)s)"
+    return {**options, "type": parse, "help": help_text}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The grader's command line: the paths to grade, then one flag per field of Settings."""
+    parser = argparse.ArgumentParser(
+        prog="python -m addnorm_lib.grading", description="Grade student notebooks."
+    )
+    parser.add_argument("paths", nargs="+", type=Path, help="notebooks or folders of notebooks")
+    for option in fields(Settings):
+        parser.add_argument(flag_of(option), **argument_options(option))
+    return parser
+
+
+def parse_command_line(argv: list[str] | None = None) -> tuple[list[Path], Settings]:
+    """The paths to grade and the settings given on the command line (argparse exits on errors)."""
+    arguments = build_parser().parse_args(argv)
+    chosen = {option.name: getattr(arguments, option.name) for option in fields(Settings)}
+    return arguments.paths, Settings(**chosen)
