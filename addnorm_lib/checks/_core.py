@@ -308,6 +308,66 @@ def compare_tuple(
         )
 
 
+def judge_output(
+    name: str,
+    cases: Sequence[Case],
+    observations: Sequence[Observation],
+    reference: Callable,
+    mistakes: Sequence[Mistake],
+) -> str:
+    """Judge a norm's recorded outputs ``y``: the reference runs in float64, cast back to x's dtype.
+
+    Each case's args are ``(x, *parameters)`` (numpy arrays) and its kwargs ``{"eps": float}``;
+    ``reference(*args, eps=eps)`` and each mistake's ``compute(*args, eps)`` return ``y`` (x's
+    shape). Raises CheckFailed at the first wrong output; else returns the summary of what passed.
+    """
+    __tracebackhide__ = True
+    for case, observation, y in judged_calls(name, cases, observations):
+        x, eps = case.args[0], case.kwargs["eps"]
+        as64 = [a.astype(np.float64) for a in case.args]
+        compare(
+            y,
+            reference(*as64, eps=eps).astype(x.dtype),
+            name=name,
+            what="the output",
+            case=case,
+            mistakes=mistakes,
+            mistake_args=(*case.args, eps),
+            type_name=observation.type_name,
+        )
+    return passed(name, [case.description for case in cases])
+
+
+def judge_backward(
+    name: str,
+    cases: Sequence[Case],
+    observations: Sequence[Observation],
+    reference: Callable,
+    names: Sequence[str],
+    mistakes: Sequence[Mistake] | Sequence[Sequence[Mistake]],
+) -> str:
+    """Judge a norm's recorded backward pass: a tuple of gradients named ``names``.
+
+    Each case's args are ``(dy, x, gain)`` and its kwargs ``{"eps": float}``;
+    ``reference(dy, x, gain, eps=eps)`` returns the gradients, and ``mistakes`` are one catalogue
+    or one per gradient (see :func:`compare_tuple`). Raises CheckFailed at the first wrong
+    gradient; else returns the summary of what passed.
+    """
+    __tracebackhide__ = True
+    for case, observation, grads in judged_calls(name, cases, observations):
+        compare_tuple(
+            observation,
+            grads,
+            reference(*case.args, eps=case.kwargs["eps"]),
+            name=name,
+            names=names,
+            case=case,
+            mistakes=mistakes,
+            mistake_args=(*case.args, case.kwargs["eps"]),
+        )
+    return passed(name, [case.description for case in cases])
+
+
 def passed(name: str, checked: Sequence[str]) -> str:
     """The summary a passing check prints: which inputs and properties the code got right."""
     return "\n".join([f"✓ {name} passed {len(checked)} checks:", *(f"    - {c}" for c in checked)])

@@ -19,6 +19,7 @@ from addnorm_lib.checks._core import (
     compare_tuple,
     fail,
     incomplete,
+    judge_backward,
     judge_gradients,
     judged_calls,
     observe,
@@ -170,18 +171,10 @@ def judge_batch_norm_backward(observations: list[Observation], seed: int = 0) ->
     from addnorm_lib.reference import mistakes, norms
 
     cases = batch_norm_backward_cases(seed)
-    for case, observation, grads in judged_calls("batch_norm_backward", cases, observations):
-        compare_tuple(
-            observation,
-            grads,
-            norms.batch_norm_backward(*case.args, eps=case.kwargs["eps"]),
-            name="batch_norm_backward",
-            names=GRADIENTS,
-            case=case,
-            mistakes=mistakes.BATCH_NORM_BACKWARD_MISTAKES,
-            mistake_args=(*case.args, case.kwargs["eps"]),
-        )
-    return passed("batch_norm_backward", [case.description for case in cases])
+    known = mistakes.BATCH_NORM_BACKWARD_MISTAKES
+    return judge_backward(
+        "batch_norm_backward", cases, observations, norms.batch_norm_backward, GRADIENTS, known
+    )
 
 
 def check_batch_norm_backward(batch_norm_backward, seed: int = 0) -> None:

@@ -18,11 +18,11 @@ from addnorm_lib.checks._core import (
     Case,
     Observation,
     compare,
-    compare_tuple,
     fail,
     incomplete,
+    judge_backward,
     judge_gradients,
-    judged_calls,
+    judge_output,
     observe,
     observe_cases,
     passed,
@@ -117,21 +117,9 @@ def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
     from addnorm_lib.reference import mistakes, norms
 
     cases = layer_norm_cases(seed)
-    for case, observation, y in judged_calls("layer_norm", cases, observations):
-        x = case.args[0]
-        as64 = [a.astype(np.float64) for a in case.args]
-        expected = norms.layer_norm(*as64, eps=case.kwargs["eps"]).astype(x.dtype)
-        compare(
-            y,
-            expected,
-            name="layer_norm",
-            what="the output",
-            case=case,
-            mistakes=mistakes.LAYER_NORM_MISTAKES,
-            mistake_args=(*case.args, case.kwargs["eps"]),
-            type_name=observation.type_name,
-        )
-    return passed("layer_norm", [case.description for case in cases])
+    return judge_output(
+        "layer_norm", cases, observations, norms.layer_norm, mistakes.LAYER_NORM_MISTAKES
+    )
 
 
 def check_layer_norm(layer_norm, seed: int = 0) -> None:
@@ -192,24 +180,20 @@ def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) ->
     __tracebackhide__ = True
     from addnorm_lib.reference import mistakes, norms
 
+    known = [
+        mistakes.LAYER_NORM_BACKWARD_DX_MISTAKES,
+        mistakes.LAYER_NORM_BACKWARD_DGAMMA_MISTAKES,
+        (),
+    ]
     cases = layer_norm_backward_cases(seed)
-    for case, observation, grads in judged_calls("layer_norm_backward", cases, observations):
-        known = [
-            mistakes.LAYER_NORM_BACKWARD_DX_MISTAKES,
-            mistakes.LAYER_NORM_BACKWARD_DGAMMA_MISTAKES,
-            (),
-        ]
-        compare_tuple(
-            observation,
-            grads,
-            norms.layer_norm_backward(*case.args, eps=case.kwargs["eps"]),
-            name="layer_norm_backward",
-            names=("dx", "dgamma", "dbeta"),
-            case=case,
-            mistakes=known,
-            mistake_args=(*case.args, case.kwargs["eps"]),
-        )
-    return passed("layer_norm_backward", [case.description for case in cases])
+    return judge_backward(
+        "layer_norm_backward",
+        cases,
+        observations,
+        norms.layer_norm_backward,
+        ("dx", "dgamma", "dbeta"),
+        known,
+    )
 
 
 def check_layer_norm_backward(layer_norm_backward, seed: int = 0) -> None:

@@ -13,11 +13,11 @@ from addnorm_lib.checks._core import (
     Case,
     Observation,
     compare,
-    compare_tuple,
     fail,
     incomplete,
+    judge_backward,
     judge_gradients,
-    judged_calls,
+    judge_output,
     observe,
     observe_cases,
     passed,
@@ -88,21 +88,7 @@ def judge_rms_norm(observations: list[Observation], seed: int = 0) -> str:
     from addnorm_lib.reference import mistakes, norms
 
     cases = rms_norm_cases(seed)
-    for case, observation, y in judged_calls("rms_norm", cases, observations):
-        x = case.args[0]
-        as64 = [a.astype(np.float64) for a in case.args]
-        expected = norms.rms_norm(*as64, eps=case.kwargs["eps"]).astype(x.dtype)
-        compare(
-            y,
-            expected,
-            name="rms_norm",
-            what="the output",
-            case=case,
-            mistakes=mistakes.RMS_NORM_MISTAKES,
-            mistake_args=(*case.args, case.kwargs["eps"]),
-            type_name=observation.type_name,
-        )
-    return passed("rms_norm", [case.description for case in cases])
+    return judge_output("rms_norm", cases, observations, norms.rms_norm, mistakes.RMS_NORM_MISTAKES)
 
 
 def check_rms_norm(rms_norm, seed: int = 0) -> None:
@@ -135,18 +121,10 @@ def judge_rms_norm_backward(observations: list[Observation], seed: int = 0) -> s
     from addnorm_lib.reference import mistakes, norms
 
     cases = rms_norm_backward_cases(seed)
-    for case, observation, grads in judged_calls("rms_norm_backward", cases, observations):
-        compare_tuple(
-            observation,
-            grads,
-            norms.rms_norm_backward(*case.args, eps=case.kwargs["eps"]),
-            name="rms_norm_backward",
-            names=("dx", "dweight"),
-            case=case,
-            mistakes=mistakes.RMS_NORM_BACKWARD_MISTAKES,
-            mistake_args=(*case.args, case.kwargs["eps"]),
-        )
-    return passed("rms_norm_backward", [case.description for case in cases])
+    known = mistakes.RMS_NORM_BACKWARD_MISTAKES
+    return judge_backward(
+        "rms_norm_backward", cases, observations, norms.rms_norm_backward, ("dx", "dweight"), known
+    )
 
 
 def check_rms_norm_backward(rms_norm_backward, seed: int = 0) -> None:
