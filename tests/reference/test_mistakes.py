@@ -49,12 +49,12 @@ def test_eps_outside_the_root_is_the_papers_placement():
     ],
 )
 def test_a_misspelled_mistake_name_is_an_error_not_another_variant(variant):
-    with pytest.raises(ValueError, match=r"unknown .* mistake 'pre_lnn'; known: "):
+    with pytest.raises(ValueError, match=r"the .* mistake must be one of \[.*\], got 'pre_lnn'"):
         variant("pre_lnn")
 
 
 def test_an_unknown_norm_of_the_backward_builder_is_an_error():
-    known = r"unknown backward dx mistake 'lyer'; known: batch, layer"
+    known = r"the backward dx mistake must be one of \['batch', 'layer'\], got 'lyer'"
     with pytest.raises(ValueError, match=known):
         mistakes._core._backward_dx("lyer")
 

@@ -5,6 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from addnorm_lib import lookup
+
 
 @dataclass(frozen=True)
 class Mistake:
@@ -36,14 +38,9 @@ def _normalize(x, axis, eps, ddof=0, eps_outside=False, use_eps=True):
 
 
 def dispatch(table: dict, kind: str, what: str):
-    """``table[kind]``; a ValueError naming the known kinds for any other name.
-
-    The mistake catalogues build their wrong implementations from names: a misspelled name must
-    fail loudly, not fall through to another variant (or to the right answer).
-    """
-    if kind not in table:
-        raise ValueError(f"unknown {what} mistake {kind!r}; known: {', '.join(sorted(table))}")
-    return table[kind]
+    """``table[kind]``, through :func:`addnorm_lib.lookup`: a misspelled mistake name fails loudly
+    instead of falling through to another variant (or to the right answer)."""
+    return lookup(table, kind, f"the {what} mistake")
 
 
 def _layer_axes(x, gamma):
