@@ -47,6 +47,7 @@ NEEDS = (
     ),
     SystemNeed("unshare", "util-linux", "the grader jails each student's kernel in namespaces"),
     SystemNeed("setpriv", "util-linux", "a grader test runs as an unprivileged user"),
+    SystemNeed("bwrap", "bubblewrap", "the grader's whitelist sandbox is built with bubblewrap"),
 )
 
 

@@ -23,7 +23,9 @@ UNSHARE = next(need for need in NEEDS if need.command == "unshare")
 class FakeSystem:
     """PATH as a set of commands, and an apt-get that installs (or fails to) what it is asked."""
 
-    def __init__(self, present=("apt-get", "unshare", "setpriv"), apt_fails=False, works=True):
+    def __init__(
+        self, present=("apt-get", "unshare", "setpriv", "bwrap"), apt_fails=False, works=True
+    ):
         self.present, self.apt_fails, self.works = set(present), apt_fails, works
         self.commands = []
 
@@ -43,7 +45,7 @@ def run_provision(system, is_root=True, env=None, capsys=None):
 
 
 def test_nothing_missing_installs_nothing_and_says_nothing(capsys):
-    system = FakeSystem(present={"apt-get", "chromium", "unshare", "setpriv"})
+    system = FakeSystem(present={"apt-get", "chromium", "unshare", "setpriv", "bwrap"})
     assert run_provision(system, capsys=capsys) == (0, "")
     assert system.commands == []
 
@@ -57,20 +59,24 @@ def test_root_with_apt_get_installs_the_missing_package(capsys):
 
 
 def test_packages_are_installed_once_for_several_commands(capsys):
-    system = FakeSystem(present={"apt-get", "chromium"})  # unshare and setpriv: both util-linux
+    system = FakeSystem(present={"apt-get", "chromium", "bwrap"})  # unshare, setpriv: util-linux
     assert run_provision(system, capsys=capsys)[0] == 0
     assert system.commands[-1] == ["apt-get", "install", "-y", "util-linux"]
 
 
 def test_the_opt_out_waives_only_the_browser(capsys):
-    system = FakeSystem(present={"apt-get", "setpriv"})
+    system = FakeSystem(present={"apt-get", "setpriv", "bwrap"})
     status, _ = run_provision(system, env={"ADDNORM_SKIP_BROWSER": "1"}, capsys=capsys)
     assert status == 0 and system.commands[-1] == ["apt-get", "install", "-y", "util-linux"]
     assert missing(NEEDS, {"ADDNORM_SKIP_BROWSER": "0"}, FakeSystem().which) == [CHROMIUM]
 
 
 @pytest.mark.parametrize(
-    "is_root, present", [(False, {"apt-get", "unshare", "setpriv"}), (True, {"unshare", "setpriv"})]
+    "is_root, present",
+    [
+        (False, {"apt-get", "unshare", "setpriv", "bwrap"}),
+        (True, {"unshare", "setpriv", "bwrap"}),
+    ],
 )
 def test_without_root_or_apt_get_one_line_names_the_command(is_root, present, capsys):
     system = FakeSystem(present=present)
@@ -82,7 +88,7 @@ def test_without_root_or_apt_get_one_line_names_the_command(is_root, present, ca
 
 
 def test_a_need_that_cannot_be_waived_offers_no_opt_out(capsys):
-    system = FakeSystem(present={"chromium"})
+    system = FakeSystem(present={"chromium", "bwrap"})
     status, said = run_provision(system, is_root=False, capsys=capsys)
     (line,) = said.strip().splitlines()
     assert status == 1 and "`sudo apt-get install -y util-linux`" in line
@@ -125,7 +131,7 @@ def test_make_tests_provisioner_installs_chromium_from_a_path_without_it(tmp_pat
     apt_get = bin_dir / "apt-get"
     apt_get.write_text(FAKE_APT_GET.format(python=sys.executable))
     apt_get.chmod(0o755)
-    for command in ("unshare", "setpriv"):  # present, never run
+    for command in ("unshare", "setpriv", "bwrap"):  # present, never run
         (bin_dir / command).write_text("#!/bin/sh\n")
         (bin_dir / command).chmod(0o755)
     env = {"PATH": str(bin_dir), "TMPDIR": str(tmp_path), "HOME": str(tmp_path)}
@@ -183,3 +189,10 @@ def test_the_module_runs_with_the_standard_library_only():
     }
     assert "argparse" in imports and "numpy" not in sys.stdlib_module_names
     assert imports <= set(sys.stdlib_module_names) | {"__future__"}, imports
+
+
+def test_a_missing_bubblewrap_is_installed_for_the_grader(capsys):
+    system = FakeSystem(present={"apt-get", "chromium", "unshare", "setpriv"})
+    status, said = run_provision(system, capsys=capsys)
+    assert status == 0 and system.commands[-1] == ["apt-get", "install", "-y", "bubblewrap"]
+    assert "installing bubblewrap" in said and "sandbox" in said
