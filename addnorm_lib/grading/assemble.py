@@ -8,8 +8,11 @@ answer cells runs, and no metadata of theirs (points, ids, markers) has any say.
 """
 
 import ast
+import errno
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +22,9 @@ from addnorm_lib.authoring import release
 from addnorm_lib.checks import JUDGES
 
 NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_\w+.*$", re.MULTILINE)
+MIB = 2**20
+LINK = "a symbolic link: the grader does not follow links"
+REASON_LIMIT = 300  # characters of nbformat's own message kept in a reason
 
 
 class SubmissionRejected(Exception):
@@ -116,22 +122,152 @@ def load_assignments(source: Path) -> dict[str, Assignment]:
 # Submissions
 
 
-def read_submission(raw: bytes):
-    """The submitted notebook, validated; a file that is not one is rejected as ``malformed``."""
+def read_file(path: Path, limit_mb: int) -> bytes:
+    """The bytes of a submitted file, read without following a link.
+
+    A symbolic link (wherever it points), anything but a regular file (a folder, a FIFO) and a
+    file over ``limit_mb`` MiB are rejected as ``malformed`` without being read.
+    """
+    if path.is_symlink():
+        raise SubmissionRejected("malformed", LINK)
+    try:  # no link even if one took the file's place since; a FIFO does not block the open
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise SubmissionRejected("malformed", LINK) from None
+        raise
+    found = os.fstat(descriptor)
+    if not stat.S_ISREG(found.st_mode):
+        os.close(descriptor)
+        raise SubmissionRejected("malformed", "not a regular file")
+    limit = limit_mb * MIB
+    with os.fdopen(descriptor, "rb") as file:
+        raw = file.read(limit + 1) if found.st_size <= limit else b""
+    size = max(found.st_size, len(raw))
+    if size > limit:
+        reason = f"the file is {size / MIB:.1f} MiB, over the limit of {limit_mb} MiB"
+        raise SubmissionRejected("malformed", reason + " (--notebook-mb): not read")
+    return raw
+
+
+def kind(value) -> str:
+    """What a JSON value is, in words: ``a list``, ``a number``, ``null``, ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    names = {str: "a string", list: "a list", dict: "an object"}
+    return names.get(type(value), type(value).__name__)
+
+
+def expect(value, expected: type, where: str) -> None:
+    """Reject the submission unless ``value`` (found at ``where``) is of the ``expected`` type."""
+    if not isinstance(value, expected):
+        wanted = {dict: "an object", list: "a list", str: "a string"}[expected]
+        raise not_valid(f"{where} is {kind(value)}, not {wanted}")
+
+
+def not_valid(problem: str) -> SubmissionRejected:
+    """The rejection of a file that is not a valid notebook, saying what is wrong."""
+    return SubmissionRejected("malformed", f"not a valid notebook: {problem}")
+
+
+def check_source(source, where: str) -> None:
+    """A cell's source is a string or a list of strings, of valid Unicode text."""
+    if isinstance(source, list):
+        strange = [part for part in source if not isinstance(part, str)]
+        if strange:
+            holding = f"a list holding {kind(strange[0])}"
+            raise not_valid(f"{where} is {holding}, not a string or a list of strings")
+        source = "".join(source)
+    elif not isinstance(source, str):
+        raise not_valid(f"{where} is {kind(source)}, not a string or a list of strings")
     try:
-        student = nbformat.reads(raw.decode("utf-8"), as_version=4)
+        source.encode("utf-8")  # a JSON escape such as "\udcff" decodes to a lone surrogate
+    except UnicodeEncodeError:
+        raise not_valid(f"{where} is not valid Unicode text") from None
+
+
+def check_cell(cell, where: str) -> None:
+    """The fields of a submitted cell that the grader reads have the types they should."""
+    expect(cell, dict, where)
+    for key in ("cell_type", "id"):
+        if key in cell:
+            expect(cell[key], str, f"{where}.{key}")
+    if "source" in cell:
+        check_source(cell["source"], f"{where}.source")
+    metadata = cell.get("metadata", {})
+    expect(metadata, dict, f"{where}.metadata")
+    nbgrader = metadata.get("nbgrader", {})
+    expect(nbgrader, dict, f"{where}.metadata.nbgrader")
+    if "grade_id" in nbgrader:  # its other fields (points, flags) are never read: any type will do
+        expect(nbgrader["grade_id"], str, f"{where}.metadata.nbgrader.grade_id")
+
+
+def check_fields(data) -> None:
+    """Every field of a submitted notebook that the grader reads has the type it should.
+
+    The student's file may hold anything: a list where an object belongs makes the submission
+    ``malformed``, with the field named, rather than an error deep in the grader. Fields that
+    are missing are left to nbformat's validation.
+    """
+    expect(data, dict, "the file")
+    metadata = data.get("metadata", {})
+    expect(metadata, dict, "metadata")
+    declared = metadata.get("addnorm", {})
+    expect(declared, dict, "metadata.addnorm")
+    if "assignment" in declared:
+        expect(declared["assignment"], str, "metadata.addnorm.assignment")
+    cells = data.get("cells", [])
+    expect(cells, list, "cells")
+    for index, cell in enumerate(cells):
+        check_cell(cell, f"cells[{index}]")
+
+
+def validation_problem(err: Exception) -> str:
+    """What nbformat found wrong with a notebook, in one line, with where when it says so."""
+    message = getattr(err, "message", None) or f"{type(err).__name__}: {err}"
+    where = "".join(
+        f"[{key}]" if isinstance(key, int) else f".{key}"
+        for key in getattr(err, "absolute_path", ())
+    ).lstrip(".")
+    problem = (f"{where}: " if where else "") + str(message).split("\n")[0]
+    return problem[:REASON_LIMIT]
+
+
+def read_submission(raw: bytes):
+    """The submitted notebook, validated; a file that is not one is rejected as ``malformed``.
+
+    The reason says what is wrong: not UTF-8, not JSON, a field of the wrong type (named), or
+    what nbformat's validation found.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise not_valid("not UTF-8 text") from None
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise not_valid("not JSON (nested too deeply)") from None
+    except ValueError as err:
+        raise not_valid(f"not JSON ({err})") from None
+    check_fields(data)
+    try:
+        student = nbformat.reads(text, as_version=4)
         nbformat.validate(student)
     except Exception as err:
-        reason = f"not a valid notebook: {type(err).__name__}"
-        raise SubmissionRejected("malformed", reason) from None
+        raise not_valid(validation_problem(err)) from None
     return student
 
 
 def identify(nb, path: Path, assignments: dict) -> str | None:
     """The submission's assignment: its metadata if known, else a name found in its file name."""
     declared = nb.metadata.get("addnorm")  # the student's file: may hold anything
-    if isinstance(declared, dict) and declared.get("assignment") in assignments:
-        return declared["assignment"]
+    name = declared.get("assignment") if isinstance(declared, dict) else None
+    if isinstance(name, str) and name in assignments:
+        return name
     tokens = set(re.split(r"[^a-z0-9]+", path.stem.lower()))
     found = [name for name in assignments if name.lower() in tokens]
     return found[0] if len(found) == 1 else None

@@ -2,13 +2,17 @@
 
     python -m addnorm_lib.grading PATH [PATH ...] [--out OUTDIR] [--jobs N] [--timeout SECONDS]
                                   [--notebook-timeout SECONDS] [--memory-mb MB] [--file-mb MB]
-                                  [--resume] [--source DIR]
+                                  [--notebook-mb MB] [--resume] [--source DIR]
 
 Each PATH is a submission notebook or a folder searched recursively for ``*.ipynb``. Every
 submission goes through the stages, one module each:
 
-1. :mod:`~.discover` finds it and gives it an id; :mod:`~.settings` holds every default;
-2. :mod:`~.assemble` reads it (a file that is not a notebook gets the status ``malformed``),
+1. :mod:`~.discover` finds it and gives it an id; :mod:`~.settings` holds every default.
+   Symbolic links are never followed: a link (to a notebook or a folder) is a submission that
+   gets the status ``malformed``, and a row that says so;
+2. :mod:`~.assemble` reads it (a file over ``--notebook-mb`` is not read, and a file that is not
+   a notebook, or whose metadata has the wrong types, gets the status ``malformed``, with a
+   reason that names what is wrong),
    finds its assignment from the notebook's metadata (``metadata.addnorm.assignment``), else
    from its file name, and builds the *graded notebook* from the instructor's copy in
    ``--source`` (default: the course's ``solutions/``): the instructor's cells, tests, hidden
@@ -22,10 +26,12 @@ submission goes through the stages, one module each:
 4. :mod:`~.judge` decides the points outside the kernel: the checks in a test cell only *record*
    what the student's code returned, and this process *judges* the records. Code in the notebook
    can make a test cell fail, but cannot make it pass;
-5. :mod:`~.report` writes ``OUTDIR/grades.csv``, ``OUTDIR/grades.json`` and
-   ``OUTDIR/feedback/<submission>.html``, updated as each submission finishes, so an interrupted
-   run loses nothing; ``--resume`` skips the submissions already graded (unless the file
-   changed).
+5. :mod:`~.report` writes ``OUTDIR/grades.csv`` (with the reason for each status; a cell that
+   a spreadsheet would take for a formula starts with ``'``), ``OUTDIR/grades.json`` and
+   ``OUTDIR/feedback/<submission>.html`` (a name of its own per submission), updated as each
+   submission finishes, so an interrupted run loses nothing; ``--resume`` skips the submissions
+   already graded (unless the file changed). Names and messages are printed with their control
+   characters escaped.
 
 Exit status 0 when every submission got a row, whatever the scores; 2 when the grader itself
 could not run.
@@ -66,7 +72,7 @@ def run_stages(
     grade: Grade, path: Path, assignments: dict, settings: Settings, box: sandbox.Sandbox
 ) -> None:
     """Fill in ``grade``: read the submission, assemble it, run it in the sandbox, judge it."""
-    raw = path.read_bytes()
+    raw = assemble.read_file(path, settings.notebook_mb)
     grade.sha256 = hashlib.sha256(raw).hexdigest()
     student = assemble.read_submission(raw)
     assignment = assemble.assignment_of(student, path, assignments)
@@ -91,12 +97,23 @@ def grade_one(path: Path, source: Path = DEFAULT_SOURCE, **options) -> Grade:
         return grade_submission(path.name, path, assignments, settings, box)
 
 
-def unchanged_grades(outdir: Path, submissions: list[tuple[str, Path]]) -> dict[str, Grade]:
-    """The grades an earlier run kept, for the submissions whose file has not changed since."""
+def unchanged_grades(
+    outdir: Path, submissions: list[tuple[str, Path]], settings: Settings
+) -> dict[str, Grade]:
+    """The grades an earlier run kept, for the submissions whose file has not changed since.
+
+    A file that cannot be read as a submission (a link, too big, gone) is graded again.
+    """
     kept = {}
     for submission_id, path in submissions:
         previous = report.read_record(outdir, submission_id)
-        if previous and previous.sha256 == hashlib.sha256(path.read_bytes()).hexdigest():
+        if previous is None or not previous.sha256:
+            continue
+        try:
+            raw = assemble.read_file(path, settings.notebook_mb)
+        except (assemble.SubmissionRejected, OSError):
+            continue
+        if previous.sha256 == hashlib.sha256(raw).hexdigest():
             kept[submission_id] = previous
     return kept
 
@@ -125,20 +142,25 @@ def grade_all(todo, assignments: dict, settings: Settings, outdir: Path, grades:
 
 
 def warn(message: str) -> None:
-    """A warning on stderr."""
-    print(f"warning: {message}", file=sys.stderr)
+    """A warning on stderr (control characters escaped)."""
+    print(f"warning: {report.printable(message)}", file=sys.stderr)
+
+
+def fail(message: str) -> None:
+    """An error on stderr (control characters escaped)."""
+    print(f"error: {report.printable(message)}", file=sys.stderr)
 
 
 def load_assignments_for(paths: list[Path], settings: Settings) -> dict | None:
     """The instructor's assignments, if the paths exist and they load; else None, said on stderr."""
     missing = discover.missing_paths(paths)
     if missing:
-        print(f"error: no such file or folder: {', '.join(map(str, missing))}", file=sys.stderr)
+        fail(f"no such file or folder: {', '.join(map(str, missing))}")
         return None
     try:
         return assemble.load_assignments(settings.source)
     except Exception as err:
-        print(f"error: cannot load the instructor's notebooks: {err}", file=sys.stderr)
+        fail(f"cannot load the instructor's notebooks: {err}")
         return None
 
 
@@ -156,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     if not isolated:
         warn("no mount namespace here: graded kernels can read the reference solutions")
 
-    grades = unchanged_grades(outdir, submissions) if settings.resume else {}
+    grades = unchanged_grades(outdir, submissions, settings) if settings.resume else {}
     todo = [submission for submission in submissions if submission[0] not in grades]
     report.write_reports(outdir, list(grades.values()), assignments, isolated)
     warm_kernels = grade_all(todo, assignments, settings, outdir, grades)

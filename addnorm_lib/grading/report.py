@@ -4,11 +4,17 @@ Everything under the output folder is rewritten atomically as each submission fi
 interrupted run loses nothing and a reader never sees half a file. Feedback pages are rendered
 from Jinja2 templates (``templates/``) with autoescaping on: a student's output is text, never
 markup.
+
+Names and messages come from students and are written as text wherever they go: a CSV cell that
+a spreadsheet would take for a formula starts with ``'``; each submission's files have a name of
+their own (:func:`~.discover.safe_name`); control characters never reach the terminal (they are
+shown escaped, ``\\x1b``) nor the feedback pages.
 """
 
 import csv
 import io
 import json
+import re
 import sys
 from functools import cache
 from pathlib import Path
@@ -20,13 +26,20 @@ from addnorm_lib.grading.judge import MESSAGE_LIMIT, STATUSES, Grade
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 FIXED_COLUMNS = ("submission", "assignment", "status")
-TOTAL_COLUMNS = ("total", "max_total")
+TOTAL_COLUMNS = ("total", "max_total", "reason")
+# A cell starting with one of these is a formula to a spreadsheet (OWASP's CSV injection advice).
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# Control characters, dropped from feedback pages; newline and tab are kept, for messages.
+PAGE_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so no reader sees half of it."""
+    """Write ``text`` to ``path`` through a temporary file, so no reader sees half of it.
+
+    Text that is not valid Unicode (a lone surrogate from a student's message) is written escaped.
+    """
     partial = path.with_suffix(path.suffix + ".partial")
-    partial.write_text(text, encoding="utf-8")
+    partial.write_bytes(text.encode("utf-8", "backslashreplace"))
     partial.replace(path)
 
 
@@ -48,25 +61,32 @@ def exercise_columns(assignments: dict) -> list[str]:
     return list(dict.fromkeys(grade_ids))
 
 
-def csv_row(grade: Grade, grade_ids: list[str]) -> dict:
-    """A submission's row: its points per test cell, empty for the cells it was not graded on."""
+def as_text(cell: str) -> str:
+    """A CSV text cell that no spreadsheet takes for a formula: ``'`` before a risky start."""
+    return "'" + cell if cell.startswith(FORMULA_STARTS) else cell
+
+
+def csv_row(grade: Grade, grade_ids: list[str]) -> list[str]:
+    """A submission's row: its points per test cell, empty for the cells it was not graded on.
+
+    The text cells (submission, assignment, status, reason) are made safe with :func:`as_text`.
+    """
     points = {cell.grade_id: f"{cell.points:g}" for cell in grade.cells}
-    return {
-        "submission": grade.submission,
-        "assignment": grade.assignment or "",
-        "status": grade.status,
-        **{grade_id: points.get(grade_id, "") for grade_id in grade_ids},
-        "total": f"{grade.total:g}",
-        "max_total": f"{grade.max_total:g}",
-    }
+    return [
+        *map(as_text, (grade.submission, grade.assignment or "", grade.status)),
+        *(points.get(grade_id, "") for grade_id in grade_ids),
+        f"{grade.total:g}",
+        f"{grade.max_total:g}",
+        as_text(grade.reason),
+    ]
 
 
 def grades_csv(grades: list[Grade], assignments: dict) -> str:
-    """The class's table as CSV: a row per submission, a column per exercise."""
+    """The class's table as CSV: a row per submission, a column per exercise, and the reason."""
     grade_ids = exercise_columns(assignments)
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, [*FIXED_COLUMNS, *grade_ids, *TOTAL_COLUMNS])
-    writer.writeheader()
+    writer = csv.writer(buffer)
+    writer.writerow(map(as_text, [*FIXED_COLUMNS, *grade_ids, *TOTAL_COLUMNS]))
     writer.writerows(csv_row(grade, grade_ids) for grade in grades)
     return buffer.getvalue()
 
@@ -91,10 +111,23 @@ def record_path(outdir: Path, submission_id: str) -> Path:
     return outdir / "records" / f"{safe_name(submission_id)}.json"
 
 
+def feedback_path(outdir: Path, submission_id: str) -> Path:
+    """Where a submission's feedback page is written."""
+    return outdir / "feedback" / f"{safe_name(submission_id)}.html"
+
+
 def read_record(outdir: Path, submission_id: str) -> Grade | None:
-    """The grade kept for a submission by an earlier run, if any."""
+    """The grade kept for a submission by an earlier run, if any.
+
+    A record that cannot be read, or that is another submission's (an earlier version of the
+    grader named files differently), is none.
+    """
     path = record_path(outdir, submission_id)
-    return Grade.from_dict(json.loads(path.read_text())) if path.exists() else None
+    try:
+        grade = Grade.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return grade if grade.submission == submission_id else None
 
 
 @cache
@@ -107,9 +140,15 @@ def templates() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
+        finalize=without_controls,
     )
     environment.filters["g"] = lambda number: f"{number:g}"
     return environment
+
+
+def without_controls(value):
+    """A value shown in a page: text without control characters but newline and tab."""
+    return PAGE_CONTROLS.sub("", value) if type(value) is str else value
 
 
 def feedback_html(grade: Grade) -> str:
@@ -121,25 +160,36 @@ def feedback_html(grade: Grade) -> str:
 def save_grade(outdir: Path, grade: Grade) -> None:
     """A finished submission's record and feedback page."""
     atomic_write(record_path(outdir, grade.submission), json.dumps(grade.to_dict()))
-    feedback = outdir / "feedback" / f"{safe_name(grade.submission)}.html"
-    atomic_write(feedback, feedback_html(grade))
+    atomic_write(feedback_path(outdir, grade.submission), feedback_html(grade))
 
 
 # ----------------------------------------------------------------------------------------------
 # On the terminal
 
 
+def printable(text: str) -> str:
+    """Text safe to print: each character that is not printable shown escaped, as ``\\x1b``.
+
+    Escape sequences (colours, cursor moves, window titles), carriage returns, newlines, bidi
+    overrides and lone surrogates in a name or a message cannot act on the terminal, forge a line,
+    or stop the print.
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+
+
 def points_table(grade: Grade) -> str:
-    """A submission's points as a text table, with each failure's first line."""
+    """A submission's points as a text table, with each failure's first line (printable)."""
     width = max([len(c.grade_id) for c in grade.cells] + [5])
 
     def line(name: str, points: float, max_points: float) -> str:
-        return f"  {name:<{width}}  {f'{points:g}/{max_points:g}':>7}"
+        return f"  {printable(name):<{width}}  {f'{points:g}/{max_points:g}':>7}"
 
-    lines = [f"{grade.submission}: {grade.status} {grade.reason}".rstrip()]
+    lines = [printable(f"{grade.submission}: {grade.status} {grade.reason}".rstrip())]
     for cell in grade.cells:
-        first = cell.message.splitlines()[0] if cell.message else ""
-        status = f"  {cell.status:<8} {first[:90]}"
+        first = printable(cell.message.splitlines()[0]) if cell.message else ""
+        status = f"  {printable(cell.status):<8} {first[:90]}"
         lines.append(line(cell.grade_id, cell.points, cell.max_points) + status)
     lines.append(line("total", grade.total, grade.max_total))
     return "\n".join(lines)
@@ -155,7 +205,8 @@ def progress(done: int, total: int, grade: Grade) -> None:
         print(f"\r[{bar}] {done}/{total} graded", end=end, file=sys.stderr, flush=True)
         return
     score = f"{grade.total:g}/{grade.max_total:g}"
-    print(f"[{done}/{total}] {grade.submission}: {grade.status}, {score}", file=sys.stderr)
+    name = printable(grade.submission)
+    print(f"[{done}/{total}] {name}: {grade.status}, {score}", file=sys.stderr)
 
 
 def summary(grades: list[Grade], warm_kernels: int, outdir: Path) -> str:
@@ -164,5 +215,5 @@ def summary(grades: list[Grade], warm_kernels: int, outdir: Path) -> str:
     by_status = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
     return (
         f"graded {len(grades)} submissions: {by_status}; {warm_kernels} warm kernels; "
-        f"reports in {outdir}"
+        f"reports in {printable(str(outdir))}"
     )

@@ -32,6 +32,7 @@ class Settings:
     notebook_timeout: float = field(default=600.0, metadata=flag("seconds per notebook"))
     memory_mb: int = field(default=2048, metadata=flag("memory cap of each kernel, in MiB"))
     file_mb: int = field(default=64, metadata=flag("largest file a kernel may write, in MiB"))
+    notebook_mb: int = field(default=16, metadata=flag("largest notebook file read, in MiB"))
     resume: bool = field(
         default=False, metadata=flag("skip submissions already graded (unless the file changed)")
     )

@@ -4,12 +4,14 @@ Also reading the instructor's assignments (points, checks per test cell) and ide
 assignment of a submission.
 """
 
+import os
+
 import nbformat
 import pytest
 
 from addnorm_lib.grading import assemble
-from tests.conftest import ROOT, SOLUTIONS
-from tests.grading.conftest import FORWARD, SOLUTION, answer_cell
+from tests.conftest import EXERCISES, ROOT, SOLUTIONS
+from tests.grading.conftest import FORWARD, LAYER_NORM_CELL, SOLUTION, answer_cell, solution_with
 
 # Finding what a test cell checks
 
@@ -145,3 +147,157 @@ def test_assembling_leaves_the_assignment_as_it_was(assignment):
     answer_cell(student, "layer_norm").source = "changed = True"
     assemble.assemble(assignment, student)
     assert nbformat.writes(assignment.graded_base) == before
+
+
+# Hostile files and metadata (issue 15): always `malformed` with the field named, never `error`
+
+CELL = ("cells", LAYER_NORM_CELL)
+AT = f"cells[{LAYER_NORM_CELL}]"
+
+
+@pytest.mark.parametrize(
+    "path, value, reason",
+    [
+        (("metadata",), [1], "metadata is a list, not an object"),
+        (("metadata", "addnorm"), "layernorm", "metadata.addnorm is a string, not an object"),
+        (
+            ("metadata", "addnorm", "assignment"),
+            ["layernorm"],
+            "metadata.addnorm.assignment is a list, not a string",
+        ),
+        (
+            ("metadata", "addnorm", "assignment"),
+            {"name": "layernorm"},
+            "metadata.addnorm.assignment is an object, not a string",
+        ),
+        (
+            ("metadata", "addnorm", "assignment"),
+            3,
+            "metadata.addnorm.assignment is a number, not a string",
+        ),
+        (
+            ("metadata", "addnorm", "assignment"),
+            None,
+            "metadata.addnorm.assignment is null, not a string",
+        ),
+        (("cells",), {}, "cells is an object, not a list"),
+        (CELL, "x", f"{AT} is a string, not an object"),
+        ((*CELL, "metadata"), [1], f"{AT}.metadata is a list, not an object"),
+        ((*CELL, "metadata", "nbgrader"), [1], f"{AT}.metadata.nbgrader is a list, not an object"),
+        (
+            (*CELL, "metadata", "nbgrader", "grade_id"),
+            ["layer_norm"],
+            f"{AT}.metadata.nbgrader.grade_id is a list, not a string",
+        ),
+        (
+            (*CELL, "metadata", "nbgrader", "grade_id"),
+            {"a": 1},
+            f"{AT}.metadata.nbgrader.grade_id is an object, not a string",
+        ),
+        (
+            (*CELL, "metadata", "nbgrader", "grade_id"),
+            3,
+            f"{AT}.metadata.nbgrader.grade_id is a number, not a string",
+        ),
+        ((*CELL, "source"), 3, f"{AT}.source is a number, not a string or a list of strings"),
+        ((*CELL, "source"), None, f"{AT}.source is null, not a string or a list of strings"),
+        (
+            (*CELL, "source"),
+            {"a": 1},
+            f"{AT}.source is an object, not a string or a list of strings",
+        ),
+        (
+            (*CELL, "source"),
+            ["a", 3],
+            f"{AT}.source is a list holding a number, not a string or a list of strings",
+        ),
+        ((*CELL, "cell_type"), 3, f"{AT}.cell_type is a number, not a string"),
+        ((*CELL, "source"), "x = '\udcff'", f"{AT}.source is not valid Unicode text"),
+        ((*CELL, "id"), 3, f"{AT}.id is a number, not a string"),
+    ],
+)
+def test_a_field_of_the_wrong_type_is_malformed_and_named(path, value, reason):
+    with pytest.raises(assemble.SubmissionRejected) as rejected:
+        assemble.read_submission(solution_with(path, value))
+    assert (rejected.value.status, rejected.value.reason) == (
+        "malformed",
+        f"not a valid notebook: {reason}",
+    )
+
+
+@pytest.mark.parametrize(
+    "raw, reason",
+    [
+        (b"\xff\xfe not utf-8", "not a valid notebook: not UTF-8 text"),
+        (b"this is { not json", "not a valid notebook: not JSON (Expecting value: line 1"),
+        (b"[" * 100_000 + b"]" * 100_000, "not a valid notebook: not JSON (nested too deeply)"),
+        (b"[]", "not a valid notebook: the file is a list, not an object"),
+        (INVALID_NOTEBOOK, "not a valid notebook: Additional properties are not allowed ('x' was"),
+    ],
+)
+def test_the_reason_says_what_is_wrong_with_the_file(raw, reason):
+    with pytest.raises(assemble.SubmissionRejected) as rejected:
+        assemble.read_submission(raw)
+    assert rejected.value.status == "malformed"
+    assert rejected.value.reason.startswith(reason), rejected.value.reason
+
+
+@pytest.mark.parametrize("path", [*SOLUTIONS, *EXERCISES], ids=lambda path: path.parent.name)
+def test_the_course_notebooks_pass_the_checks(path):
+    student = assemble.read_submission(path.read_bytes())
+    assert assemble.identify(student, path, {path.stem: None}) == path.stem
+
+
+def test_harmless_fields_of_any_type_are_ignored():
+    """Points, flags and other nbgrader fields of a student's cell are never read."""
+    raw = solution_with((*CELL, "metadata", "nbgrader", "points"), ["lots"])
+    student = assemble.read_submission(raw)
+    assert answer_cell(student, "layer_norm").cell_type == "code"
+
+
+def test_identify_never_fails_on_what_a_student_declared():
+    nb = nbformat.v4.new_notebook()
+    for declared in (["layernorm"], {"a": 1}, 3):
+        nb.metadata["addnorm"] = {"assignment": declared}
+        assert assemble.identify(nb, ROOT / "rmsnorm.ipynb", {"rmsnorm": None}) == "rmsnorm"
+
+
+# Reading the file: never through a link, never a huge one
+
+
+def test_a_regular_file_is_read(tmp_path):
+    (tmp_path / "ada.ipynb").write_bytes(b"{}")
+    assert assemble.read_file(tmp_path / "ada.ipynb", limit_mb=1) == b"{}"
+
+
+def test_a_symlink_is_refused_not_followed(tmp_path):
+    (tmp_path / "file.ipynb").symlink_to(SOLUTION)
+    (tmp_path / "folder").symlink_to(SOLUTION.parent, target_is_directory=True)
+    (tmp_path / "dangling.ipynb").symlink_to(tmp_path / "nowhere")
+    for name in ("file.ipynb", "folder", "dangling.ipynb"):
+        with pytest.raises(assemble.SubmissionRejected) as rejected:
+            assemble.read_file(tmp_path / name, limit_mb=16)
+        assert rejected.value.status == "malformed"
+        assert rejected.value.reason == "a symbolic link: the grader does not follow links"
+
+
+def test_a_fifo_or_folder_is_not_read(tmp_path):
+    os.mkfifo(tmp_path / "fifo.ipynb")  # reading it would wait forever
+    (tmp_path / "folder.ipynb").mkdir()
+    for name in ("fifo.ipynb", "folder.ipynb"):
+        with pytest.raises(assemble.SubmissionRejected) as rejected:
+            assemble.read_file(tmp_path / name, limit_mb=16)
+        assert (rejected.value.status, rejected.value.reason) == ("malformed", "not a regular file")
+
+
+def test_a_file_over_the_size_limit_is_not_read(tmp_path):
+    path = tmp_path / "huge.ipynb"
+    with open(path, "wb") as file:
+        file.truncate(52 * 2**20)  # sparse: costs no disk
+    with pytest.raises(assemble.SubmissionRejected) as rejected:
+        assemble.read_file(path, limit_mb=16)
+    assert (rejected.value.status, rejected.value.reason) == (
+        "malformed",
+        "the file is 52.0 MiB, over the limit of 16 MiB (--notebook-mb): not read",
+    )
+    assert len(assemble.read_file(path, limit_mb=52)) == 52 * 2**20  # at the limit: read

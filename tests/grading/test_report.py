@@ -4,6 +4,8 @@ import csv
 import io
 import json
 
+import pytest
+
 from addnorm_lib.grading import assemble, report
 from addnorm_lib.grading.judge import MESSAGE_LIMIT, CellGrade, Grade
 from tests.conftest import ROOT
@@ -36,7 +38,15 @@ def test_the_csv_has_a_column_per_exercise_of_every_assignment(assignment):
     text = report.grades_csv([full_marks(residuals, "bo.ipynb")], assignments)
     (header, row) = list(csv.reader(io.StringIO(text)))
     exercises = [t.grade_id for t in assignment.tests] + [t.grade_id for t in residuals.tests]
-    assert header == ["submission", "assignment", "status", *exercises, "total", "max_total"]
+    assert header == [
+        "submission",
+        "assignment",
+        "status",
+        *exercises,
+        "total",
+        "max_total",
+        "reason",
+    ]
     points = dict(zip(header, row, strict=True))
     assert points[FORWARD] == "" and points["test_blocks"] == "2" and points["total"] == "8"
 
@@ -69,7 +79,9 @@ def test_a_saved_grade_is_read_back_for_resume(assignment, tmp_path):
     report.save_grade(tmp_path, grade)
     assert report.read_record(tmp_path, "class a/ada.ipynb") == grade
     assert report.read_record(tmp_path, "bo.ipynb") is None
-    assert (tmp_path / "feedback" / "class_a__ada.ipynb.html").is_file()
+    (page,) = (tmp_path / "feedback").iterdir()
+    assert page == report.feedback_path(tmp_path, "class a/ada.ipynb")
+    assert page.name.startswith("class_a__ada.ipynb~") and page.suffix == ".html"
 
 
 def test_the_points_table_lines_up_points_and_first_lines(assignment):
@@ -93,3 +105,105 @@ def test_the_summary_counts_submissions_by_status(assignment, tmp_path):
     assert report.summary(grades, 1, tmp_path) == (
         f"graded 2 submissions: 1 ok, 1 malformed; 1 warm kernels; reports in {tmp_path}"
     )
+
+
+# Hostile names and messages (issue 15)
+
+FORMULAS = ['=HYPERLINK("evil.example","x").ipynb', "+1.ipynb", "-1.ipynb", "@SUM(A1).ipynb"]
+CONTROLS = "\x1b]0;owned\x07\x1b[2J\x9b31m\r\x00\x7f\u202e\n"  # OSC, CSI, C1 CSI, ..., bidi
+
+
+@pytest.mark.parametrize("danger", [*FORMULAS, "\tx.ipynb", "\rx.ipynb"])
+def test_no_csv_text_cell_starts_a_formula(assignment, danger):
+    grades = [
+        Grade(danger, None, "malformed", reason=danger),
+        Grade("ada.ipynb", "layernorm", "error", reason="=1+1"),
+    ]
+    rows = list(csv.reader(io.StringIO(report.grades_csv(grades, {"layernorm": assignment}))))
+    text_cells = [cell for row in rows[1:] for cell in (row[0], row[1], row[2], row[-1])]
+    assert not [cell for cell in text_cells if cell[:1] in ("=", "+", "-", "@", "\t", "\r")]
+    assert ("'" + danger, "'=1+1") in {(rows[1][0], rows[2][-1]), (rows[2][0], rows[1][-1])}
+
+
+def test_the_csv_says_why_a_submission_got_its_status(assignment):
+    grades = [
+        Grade("bo.ipynb", None, "malformed", "a symbolic link: not followed"),
+        full_marks(assignment),
+    ]
+    rows = list(csv.DictReader(io.StringIO(report.grades_csv(grades, {"layernorm": assignment}))))
+    assert [(r["status"], r["reason"]) for r in rows] == [
+        ("malformed", "a symbolic link: not followed"),
+        ("ok", ""),
+    ]
+    assert list(rows[0])[-3:] == ["total", "max_total", "reason"]
+
+
+def test_points_stay_numbers_in_the_csv(assignment):
+    text = report.grades_csv([full_marks(assignment)], {"layernorm": assignment})
+    row = next(csv.DictReader(io.StringIO(text)))
+    assert (row[FORWARD], row["total"], row["max_total"]) == ("3", "10", "10")
+
+
+def test_ids_that_clean_alike_keep_their_own_record_and_page(assignment, tmp_path):
+    report.prepare_outdir(tmp_path)
+    ada, bo = full_marks(assignment, "a b.ipynb"), Grade("a_b.ipynb", None, "malformed", "broken")
+    report.save_grade(tmp_path, ada)
+    report.save_grade(tmp_path, bo)
+    assert report.read_record(tmp_path, "a b.ipynb") == ada
+    assert report.read_record(tmp_path, "a_b.ipynb") == bo
+    pages = sorted((tmp_path / "feedback").iterdir())
+    assert len(pages) == 2 and [p.name for p in pages] == sorted(
+        report.feedback_path(tmp_path, g.submission).name for g in (ada, bo)
+    )
+
+
+def test_a_record_of_another_submission_is_not_taken_for_resume(assignment, tmp_path):
+    report.prepare_outdir(tmp_path)
+    report.save_grade(tmp_path, full_marks(assignment, "ada.ipynb"))
+    (tmp_path / "records" / "ada.ipynb.json").rename(report.record_path(tmp_path, "bo.ipynb"))
+    assert report.read_record(tmp_path, "bo.ipynb") is None
+
+
+def test_control_characters_never_reach_the_terminal(assignment, capsys, tmp_path):
+    grade = full_marks(assignment, f"ada{CONTROLS}.ipynb")
+    grade.reason = f"reason{CONTROLS}"
+    grade.cells[0] = CellGrade(FORWARD, 0, 3, "failed", f"ValueError: red{CONTROLS}x")
+    report.progress(1, 2, grade)
+    printed = [
+        report.points_table(grade),
+        capsys.readouterr().err,
+        report.summary([grade], 0, tmp_path / CONTROLS),
+    ]
+    for text in printed:
+        lines = text.rstrip("\n").split("\n")
+        assert all(ch.isprintable() for line in lines for ch in line), repr(text)
+    table = printed[0].split("\n")
+    assert table[0].startswith("ada\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\r\\x00\\x7f\\u202e\\n.ipynb")
+    assert len(table) == 2 + len(grade.cells)  # a name or message cannot add lines
+    assert "ValueError: red\\x1b]0;owned" in table[1]
+
+
+def test_printable_keeps_ordinary_text():
+    assert (
+        report.printable("Ada Lovelace, hw 3 – café ✓.ipynb") == "Ada Lovelace, hw 3 – café ✓.ipynb"
+    )
+
+
+def test_feedback_pages_drop_control_characters_but_keep_lines(tmp_path):
+    cell = CellGrade(FORWARD, 0, 3, "failed", f"first{CONTROLS}second\n\tthird")
+    page = report.feedback_html(Grade(f"ada{CONTROLS}.ipynb", "layernorm", "ok", cells=[cell]))
+    assert not any(ch in page for ch in "\x1b\x07\x9b\r\x00\x7f")
+    assert "second\n\tthird" in page
+
+
+def test_text_that_is_not_unicode_is_written_not_fatal(assignment, tmp_path):
+    """A lone surrogate (an undecodable byte, or a JSON escape in a kernel's message)."""
+    report.prepare_outdir(tmp_path)
+    grade = full_marks(assignment, "ada.ipynb")
+    grade.cells[0] = CellGrade(FORWARD, 0, 3, "failed", "ValueError: \udcff")
+    grade.reason = "\udcff"
+    report.save_grade(tmp_path, grade)
+    report.write_reports(tmp_path, [grade], {"layernorm": assignment}, isolated=True)
+    assert "\\udcff" in report.feedback_path(tmp_path, "ada.ipynb").read_text()
+    assert "\\udcff" in (tmp_path / "grades.csv").read_text()
+    assert report.read_record(tmp_path, "ada.ipynb").reason == "\udcff"

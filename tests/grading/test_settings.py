@@ -16,6 +16,7 @@ FLAGS = {
     "--notebook-timeout": "90",
     "--memory-mb": "512",
     "--file-mb": "8",
+    "--notebook-mb": "4",
     "--resume": None,
 }
 
@@ -44,7 +45,7 @@ def test_every_flag_of_the_grader_keeps_its_meaning():
     for flag, value in FLAGS.items():
         argv += [flag] if value is None else [flag, value]
     _, settings = parse_command_line(argv)
-    expected = Settings(Path("elsewhere"), Path("reports"), 3, 5.0, 90.0, 512, 8, resume=True)
+    expected = Settings(Path("elsewhere"), Path("reports"), 3, 5.0, 90.0, 512, 8, 4, resume=True)
     assert settings == expected
     assert type(settings.cell_timeout) is float and type(settings.memory_mb) is int
 
@@ -54,6 +55,7 @@ def test_help_shows_the_defaults_of_the_dataclass():
     for field in fields(Settings):
         assert flag_of(field) in text
     assert "seconds per cell (default: 60.0)" in text
+    assert "--notebook-mb NOTEBOOK_MB largest notebook file read, in MiB (default: 16)" in text
     assert f"(default: {Settings().jobs})" in text
 
 
@@ -65,6 +67,7 @@ def test_help_shows_the_defaults_of_the_dataclass():
         (["--timeout", "-1"], "argument --timeout: must be a positive number, got '-1'"),
         (["--notebook-timeout", "nan"], "argument --notebook-timeout: must be a positive number"),
         (["--memory-mb", "1.5"], "argument --memory-mb: invalid int value: '1.5'"),
+        (["--notebook-mb", "0"], "argument --notebook-mb: must be a positive number, got '0'"),
         (["--resume", "yes"], "unrecognized arguments: yes"),
         ([], None),  # no path to grade
     ],
