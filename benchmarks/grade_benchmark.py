@@ -116,6 +116,7 @@ def main(argv=None) -> int:
                         str(tmp / "out"),
                         "--jobs",
                         str(args.jobs),
+                        "--no-sandbox",  # only waives the stop where no sandbox can be built
                     ],
                     check=True,
                     capture_output=True,

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from addnorm_lib.grading.pipeline import grade_one  # noqa: E402
-from tests.conftest import FIXTURE_GROUPS, run_python  # noqa: E402
+from tests.conftest import FIXTURE_GROUPS, GRADE_ANYWHERE, run_python  # noqa: E402
 from tests.exercises.test_mutants import MUTANTS, THROUGH_THE_GRADER, mutated  # noqa: E402
 from tests.inprocess import grade_in_process  # noqa: E402
 
@@ -55,7 +55,8 @@ def pick_mutants(count: int) -> list:
 def grade_batch(mutants: list, folder: Path) -> None:
     for n, mutant in enumerate(mutants):
         nbformat.write(mutated(mutant), folder / f"mutant{n}-{mutant.assignment}.ipynb")
-    graded = run_python("-m", "addnorm_lib.grading", folder, "--out", folder / "out", "--jobs", 2)
+    options = ["--out", folder / "out", "--jobs", 2, *GRADE_ANYWHERE]
+    graded = run_python("-m", "addnorm_lib.grading", folder, *options)
     graded.check_returncode()
 
 

@@ -20,6 +20,9 @@ BUILD_FLAGS = ["--builder", "html", "--warningiserror", "--nitpick", "--keep-goi
 BOOK_GROUP = pytest.mark.xdist_group("book")
 # Module fixtures that each cost a whole grading run: the tests that use one are grouped the same
 # way, so that one worker builds it once (under xdist every worker would build its own copy).
+# Lets the grader grade a folder where it cannot build its sandbox (it stops otherwise); where it
+# can, kernels are jailed whatever this says.
+GRADE_ANYWHERE = ("--no-sandbox",)
 FIXTURE_GROUPS = {"graded": "graded-class", "graded_by_the_grader": "mutants-through-the-grader"}
 
 

@@ -164,6 +164,14 @@ def load_assignments_for(paths: list[Path], settings: Settings) -> dict | None:
         return None
 
 
+UNPROTECTED = (
+    "the grader cannot build its sandbox here (no Linux namespaces for this user), so other "
+    "people's notebooks could read the references and tamper with the reports. Run it as root, or "
+    "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1), or, to "
+    "grade anyway, add --no-sandbox. One notebook of your own grades without it."
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: grade, write the reports, print a summary; the exit status."""
     paths, settings = parse_command_line(argv)
@@ -175,8 +183,11 @@ def main(argv: list[str] | None = None) -> int:
     if not submissions:
         warn("no notebooks found in " + ", ".join(map(str, paths)))
     isolated = bool(sandbox.isolation())
+    if not isolated and len(submissions) > 1 and not settings.no_sandbox:
+        fail(UNPROTECTED)
+        return 2
     if not isolated:
-        warn("no mount namespace here: graded kernels can read the reference solutions")
+        warn("no sandbox here: graded kernels can read the course's files, references included")
 
     grades = unchanged_grades(outdir, submissions, settings) if settings.resume else {}
     todo = [submission for submission in submissions if submission[0] not in grades]

@@ -36,6 +36,10 @@ class Settings:
     resume: bool = field(
         default=False, metadata=flag("skip submissions already graded (unless the file changed)")
     )
+    no_sandbox: bool = field(
+        default=False,
+        metadata=flag("grade several notebooks even where the sandbox cannot be built"),
+    )
 
 
 def flag_of(option: Field) -> str:

@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from addnorm_lib.grading.judge import Grade
-from tests.conftest import ROOT, run_python
+from tests.conftest import GRADE_ANYWHERE, ROOT, run_python
 from tests.inprocess import grade_in_process, run_cells
 
 pytestmark = pytest.mark.slow
@@ -534,7 +534,8 @@ def graded_by_the_grader(tmp_path_factory):
     for n, mutant in enumerate(THROUGH_THE_GRADER):
         nbformat.write(mutated(mutant), folder / f"mutant{n}-{mutant.assignment}.ipynb")
     out = tmp_path_factory.mktemp("graded-mutants")
-    completed = run_python("-m", "addnorm_lib.grading", folder, "--out", out, "--jobs", 2)
+    options = ["--out", out, "--jobs", 2, *GRADE_ANYWHERE]
+    completed = run_python("-m", "addnorm_lib.grading", folder, *options)
     assert completed.returncode == 0, completed.stderr[-3000:]
     grades = json.loads((out / "grades.json").read_text())["grades"]
     by_file = {g["submission"]: Grade.from_dict(g) for g in grades}

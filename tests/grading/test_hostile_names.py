@@ -21,6 +21,7 @@ import pytest
 
 from addnorm_lib.grading import assemble, execute, pipeline, report, sandbox
 from tests import inprocess
+from tests.conftest import GRADE_ANYWHERE
 from tests.grading.conftest import EXERCISE, LAYER_NORM_CELL, SOLUTION, solution_with
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b1m"  # set the window title, clear the screen, bold (C1)
@@ -66,7 +67,7 @@ def grade(tmp_path, monkeypatch, capsys):
 
     def run(*args) -> Run:
         out = tmp_path / "out"
-        code = pipeline.main([*map(str, args), "--out", str(out), "--jobs", "1"])
+        code = pipeline.main([*map(str, args), "--out", str(out), "--jobs", "1", *GRADE_ANYWHERE])
         printed = capsys.readouterr()
         return Run(code, out, printed.out, printed.err)
 
@@ -252,3 +253,27 @@ def test_metadata_of_the_wrong_type_is_malformed_with_the_field_named(grade, fol
         field = ".".join(str(key) for key in path).replace(f"cells.{LAYER_NORM_CELL}", "")
         assert row["status"] == "malformed", (name, row["status"], row.get("reason"))
         assert row["reason"].startswith("not a valid notebook: ") and field in row["reason"]
+
+
+def test_without_a_sandbox_a_class_is_not_graded_unless_the_instructor_says_so(
+    tmp_path, monkeypatch, capsys
+):
+    """Instructors are never silently unprotected; a learner's own notebook still grades."""
+    monkeypatch.setattr(sandbox, "isolation", lambda: [])
+    folder = tmp_path / "class"
+    folder.mkdir()
+    for name in ("ada", "bo"):
+        (folder / f"{name}.ipynb").write_text("not a notebook")
+    out = tmp_path / "out"
+    assert pipeline.main([str(folder), "--out", str(out)]) == 2
+    said = capsys.readouterr().err
+    assert "cannot build its sandbox" in said and "--no-sandbox" in said
+    assert not (out / "grades.csv").exists()
+
+    assert pipeline.main([str(folder), "--out", str(out), "--no-sandbox"]) == 0
+    assert "no sandbox here" in capsys.readouterr().err
+    assert (out / "grades.csv").read_text().count("malformed") == 2
+
+    assert pipeline.main([str(folder / "ada.ipynb"), "--out", str(tmp_path / "one")]) == 0
+    said = capsys.readouterr().err
+    assert said.count("warning: no sandbox here") == 1 and "error:" not in said

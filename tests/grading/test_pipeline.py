@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from addnorm_lib.grading import pipeline, sandbox
-from tests.conftest import ROOT, run_python
+from tests.conftest import GRADE_ANYWHERE, ROOT, run_python
 
 pytestmark = pytest.mark.slow
 
@@ -244,7 +244,7 @@ def graded(tmp_path_factory):
     (folder / "unrelated_homework.ipynb").write_text(unrelated)
     out = tmp_path_factory.mktemp("out")
     start = time.monotonic()
-    options = ["--jobs", 2, "--timeout", 20, "--memory-mb", 2048]
+    options = ["--jobs", 2, "--timeout", 20, "--memory-mb", 2048, *GRADE_ANYWHERE]
     with reference_bytecode() if JAILED else contextlib.nullcontext():
         completed = run_python(*GRADER, folder, "--out", out, *options)
     seconds = time.monotonic() - start
@@ -447,7 +447,9 @@ def test_feedback_names_hidden_tests_but_hides_their_code(graded):
 
 
 def test_resume_skips_graded_submissions(graded):
-    completed = run_python(*GRADER, graded["folder"], "--out", graded["out"], "--resume")
+    completed = run_python(
+        *GRADER, graded["folder"], "--out", graded["out"], "--resume", *GRADE_ANYWHERE
+    )
     assert completed.returncode == 0
     # Each graded submission prints "[k/n] name: status" on stderr: none was graded again.
     assert not re.search(r"^\[\d+/\d+\]", completed.stderr, re.MULTILINE), completed.stderr
@@ -587,7 +589,12 @@ def test_a_long_tmpdir_still_grades_in_warm_kernels(tmp_path):
     for name in ("ada", "bo"):
         shutil.copy(ROOT / "solutions" / "deepnorm.ipynb", folder / f"{name}.ipynb")
     completed = run_python(
-        *GRADER, folder, "--out", tmp_path / "out", env={**os.environ, "TMPDIR": str(temporary)}
+        *GRADER,
+        folder,
+        "--out",
+        tmp_path / "out",
+        *GRADE_ANYWHERE,
+        env={**os.environ, "TMPDIR": str(temporary)},
     )
     assert completed.returncode == 0, completed.stderr
     assert "2 ok" in completed.stdout, completed.stdout
