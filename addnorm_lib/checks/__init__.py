@@ -4,11 +4,13 @@
 >>> checks.check_layer_norm(layer_norm)  # raises CheckFailed with a diagnosis, or lists what passed
 
 The graded test cells of the exercise notebooks call the same functions. :data:`JUDGES` maps each
-check's name to the judge the grader runs on what the check recorded.
+check's name to the judge the grader runs on what the check recorded; :data:`UNVERIFIED`, to what
+a passing record of that check only claims (facts the kernel alone could see, which earn no
+points and which the grader's feedback names as unverified).
 """
 
 from addnorm_lib.checks import batchnorm, deepnorm, layernorm, placement, residuals, rmsnorm
-from addnorm_lib.checks._core import CheckFailed
+from addnorm_lib.checks._core import CheckFailed, RecordMalformed
 from addnorm_lib.checks.batchnorm import (
     check_batch_norm,
     check_batch_norm_backward,
@@ -49,10 +51,17 @@ JUDGES = {
     for module in (layernorm, residuals, batchnorm, rmsnorm, deepnorm, placement)
     for name, judge in module.JUDGES.items()
 }
+UNVERIFIED = {
+    name: claims
+    for module in (layernorm, batchnorm, rmsnorm)
+    for name, claims in module.UNVERIFIED.items()
+}
 
 __all__ = [
     "JUDGES",
+    "UNVERIFIED",
     "CheckFailed",
+    "RecordMalformed",
     "check_batch_norm",
     "check_batch_norm_backward",
     "check_batch_norm_module",

@@ -22,6 +22,16 @@ class CheckFailed(AssertionError):
     """A check found a problem; the message says what and how to fix it."""
 
 
+class RecordMalformed(Exception):
+    """A record that no observation makes (a forged or truncated file): it earns nothing.
+
+    The grader answers it with a neutral message; it never says which part was wrong.
+    """
+
+
+ERROR_LIMIT = 2000  # characters of a learner's exception message kept in an observation
+
+
 @dataclass(frozen=True)
 class Case:
     """One input to check a function on.
@@ -68,14 +78,21 @@ class Observation:
         type_name: the type of the returned value ("ndarray", "tuple", "list", ...).
         error: "ExceptionType: message" if it raised, else None.
         not_implemented: it raised NotImplementedError (a stub).
-        mutated: names of array arguments it modified in place.
+        inputs: the arguments as they were after the call, one entry per argument: a copy of
+            each numpy array the function was given, None for any other argument. The judge
+            compares them with the inputs it draws itself, so "did not modify its input" is
+            checked where the learner's code never ran.
+
+    The judge believes what a record says about itself only where it can cost points (``error``,
+    ``not_implemented``); anything else it compares with what it computes itself, or, where it
+    cannot (what only the kernel saw), lists as unverified (a check module's ``UNVERIFIED``).
     """
 
     value: object = None
     type_name: str = "NoneType"
     error: str | None = None
     not_implemented: bool = False
-    mutated: tuple[str, ...] = ()
+    inputs: list = field(default_factory=list)
 
 
 def plain(value):
@@ -92,28 +109,105 @@ def plain(value):
     return None
 
 
-def observe(fn: Callable, args: Sequence, kwargs: dict, arg_names: Sequence[str] = ()):
-    """Call ``fn(*args, **kwargs)`` on copies of the arrays and record what happened."""
+def _error_text(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}"
+    return text if len(text) <= ERROR_LIMIT else text[:ERROR_LIMIT] + " ..."
+
+
+def observe(fn: Callable, args: Sequence, kwargs: dict):
+    """Call ``fn(*args, **kwargs)`` on copies of the arrays and record what happened.
+
+    The copies are recorded after the call (:attr:`Observation.inputs`), for the judge to see
+    whether the function modified them.
+    """
     copies = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
     try:
         value = fn(*copies, **kwargs)
     except NotImplementedError as err:
-        return Observation(error=f"NotImplementedError: {err}", not_implemented=True)
+        observation = Observation(error=_error_text(err), not_implemented=True)
     except Exception as err:
-        return Observation(error=f"{type(err).__name__}: {err}")
-    mutated = tuple(
-        name
-        for name, original, passed in zip(arg_names, args, copies, strict=False)
-        if isinstance(original, np.ndarray) and not np.array_equal(original, passed, equal_nan=True)
-    )
-    return Observation(plain(value), type(value).__name__, mutated=mutated)
+        observation = Observation(error=_error_text(err))
+    else:
+        observation = Observation(plain(value), type(value).__name__)
+    observation.inputs = [c if isinstance(c, np.ndarray) else None for c in copies]
+    return observation
 
 
-def observe_cases(
-    fn: Callable, cases: Sequence[Case], arg_names: Sequence[str]
-) -> list[Observation]:
+def observe_cases(fn: Callable, cases: Sequence[Case]) -> list[Observation]:
     """Observe ``fn`` on every case (the observing half of a check): one Observation per case."""
-    return [observe(fn, case.args, case.kwargs, arg_names) for case in cases]
+    return [observe(fn, case.args, case.kwargs) for case in cases]
+
+
+def malformed(what: str):
+    """RecordMalformed: ``what`` is not as an observation records it."""
+    __tracebackhide__ = True
+    raise RecordMalformed(what)
+
+
+def conform(value, schema, what: str = "the record") -> None:
+    """RecordMalformed unless ``value`` has the structure ``schema`` describes.
+
+    A schema is a type or a tuple of types (``int`` does not take a bool), a dict (exactly these
+    keys, each value conforming), :class:`ListOf` or :class:`MapOf` (any length, any str keys),
+    or :data:`PLAIN` (anything an observation records).
+    """
+    __tracebackhide__ = True
+    if schema is PLAIN:
+        return
+    if isinstance(schema, dict):
+        if not isinstance(value, dict) or set(value) != set(schema):
+            malformed(what)
+        for key, item in schema.items():
+            conform(value[key], item, what)
+    elif isinstance(schema, ListOf | MapOf):
+        if not isinstance(value, list if isinstance(schema, ListOf) else dict):
+            malformed(what)
+        for item in value if isinstance(value, list) else value.values():
+            conform(item, schema.item, what)
+    else:
+        types = schema if isinstance(schema, tuple) else (schema,)
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            malformed(what)
+
+
+@dataclass(frozen=True)
+class ListOf:
+    """A schema of :func:`conform`: a list of any length, every item conforming to ``item``."""
+
+    item: object
+
+
+@dataclass(frozen=True)
+class MapOf:
+    """A schema of :func:`conform`: a dict with any str keys, every value conforming to ``item``."""
+
+    item: object
+
+
+#: a schema of :func:`conform`: any value that an observation records
+PLAIN = object()
+
+
+def expect_observations(name: str, observations, count: int) -> None:
+    """Exactly ``count`` observations in a list, one per case; else the check fails."""
+    __tracebackhide__ = True
+    if not isinstance(observations, list) or not all(
+        isinstance(o, Observation) for o in observations
+    ):
+        malformed("observations")
+    if len(observations) != count:
+        incomplete(name)
+
+
+def expect_keys(name: str, observations, keys) -> None:
+    """Observations in a dict with exactly the keys ``keys``; else the check fails."""
+    __tracebackhide__ = True
+    if not isinstance(observations, dict) or not all(
+        isinstance(o, Observation) for o in observations.values()
+    ):
+        malformed("observations")
+    if set(observations) != set(keys):
+        incomplete(name)
 
 
 def incomplete(name: str):
@@ -122,18 +216,51 @@ def incomplete(name: str):
     fail(f"{name}: the recorded observations are incomplete; the check did not run to the end.")
 
 
-def judged_calls(name: str, cases: Sequence[Case], observations: Sequence[Observation]):
-    """Yield (case, observation, returned value) per case; CheckFailed at a raised or bad call."""
+def judged_calls(
+    name: str,
+    cases: Sequence[Case],
+    observations: Sequence[Observation],
+    arg_names: Sequence[str] = (),
+):
+    """Yield (case, observation, returned value) per case; CheckFailed at a raised or bad call.
+
+    ``arg_names`` name the arguments in the message of a call that modified one in place.
+    """
     __tracebackhide__ = True
-    if len(observations) != len(cases):
-        incomplete(name)
+    expect_observations(name, observations, len(cases))
     for case, observation in zip(cases, observations, strict=True):
-        yield case, observation, judge_call(observation, name, case)
+        yield case, observation, judge_call(observation, name, case, arg_names)
 
 
-def judge_call(observation: Observation, name: str, case: Case):
+def modified_argument(observation: Observation, case: Case) -> int | None:
+    """The position of the first array argument the call changed, judged here, or None.
+
+    The observation recorded each argument after the call; each must be an array of the case's
+    shape and dtype (else the record is malformed), equal to the case's own, drawn by the judge.
+    """
+    __tracebackhide__ = True
+    after = observation.inputs
+    if not isinstance(after, list) or len(after) != len(case.args):
+        malformed("inputs")
+    for index, (original, passed) in enumerate(zip(case.args, after, strict=True)):
+        if not isinstance(original, np.ndarray):
+            continue
+        if not (
+            isinstance(passed, np.ndarray)
+            and passed.shape == original.shape
+            and passed.dtype == original.dtype
+        ):
+            malformed("inputs")
+        if not np.array_equal(original, passed, equal_nan=True):
+            return index
+    return None
+
+
+def judge_call(observation: Observation, name: str, case: Case, arg_names: Sequence[str] = ()):
     """The returned value of an observed call, or CheckFailed if it raised or changed its input."""
     __tracebackhide__ = True
+    if not isinstance(observation, Observation):
+        malformed("observation")
     if observation.not_implemented:
         fail(
             f"{name} is not implemented yet: replace the `raise NotImplementedError()` stub with "
@@ -144,9 +271,11 @@ def judge_call(observation: Observation, name: str, case: Case):
             f"{name} raised {observation.error.replace(': ', ' on ' + case.description + ': ', 1)}"
             f" (arguments: {describe_args(case.args)})" + _explain(None, case)
         )
-    if observation.mutated:
+    index = modified_argument(observation, case)
+    if index is not None:
+        argument = arg_names[index] if index < len(arg_names) else f"number {index + 1}"
         fail(
-            f"{name} modified its argument `{observation.mutated[0]}` in place (on "
+            f"{name} modified its argument `{argument}` in place (on "
             f"{case.description}). The caller's array must stay as it was: write `x = x - mean`, "
             "not `x -= mean`, or work on a copy."
         )
@@ -154,9 +283,13 @@ def judge_call(observation: Observation, name: str, case: Case):
 
 
 def expect_tuple(observation: Observation, value, name: str, names: Sequence[str]) -> None:
-    """CheckFailed unless the learner's function returned a tuple (or list) of len(names)."""
+    """CheckFailed unless the learner's function returned a tuple (or list) of len(names).
+
+    Judged on the recorded value (a tuple is recorded as a list); the recorded type's name only
+    words the message.
+    """
     __tracebackhide__ = True
-    if observation.type_name not in ("tuple", "list") or len(value) != len(names):
+    if not isinstance(value, list) or len(value) != len(names):
         length = f" of length {len(value)}" if isinstance(value, list) else ""
         fail(
             f"{name} should return a tuple ({', '.join(names)}), but returned "
@@ -314,15 +447,17 @@ def judge_output(
     observations: Sequence[Observation],
     reference: Callable,
     mistakes: Sequence[Mistake],
+    arg_names: Sequence[str] = (),
 ) -> str:
     """Judge a norm's recorded outputs ``y``: the reference runs in float64, cast back to x's dtype.
 
     Each case's args are ``(x, *parameters)`` (numpy arrays) and its kwargs ``{"eps": float}``;
     ``reference(*args, eps=eps)`` and each mistake's ``compute(*args, eps)`` return ``y`` (x's
-    shape). Raises CheckFailed at the first wrong output; else returns the summary of what passed.
+    shape). ``arg_names`` name the arguments (see :func:`judged_calls`). Raises CheckFailed at the
+    first wrong output; else returns the summary of what passed.
     """
     __tracebackhide__ = True
-    for case, observation, y in judged_calls(name, cases, observations):
+    for case, observation, y in judged_calls(name, cases, observations, arg_names):
         x, eps = case.args[0], case.kwargs["eps"]
         as64 = [a.astype(np.float64) for a in case.args]
         compare(
@@ -345,6 +480,7 @@ def judge_backward(
     reference: Callable,
     names: Sequence[str],
     mistakes: Sequence[Mistake] | Sequence[Sequence[Mistake]],
+    arg_names: Sequence[str] = ("dy", "x", "gamma"),
 ) -> str:
     """Judge a norm's recorded backward pass: a tuple of gradients named ``names``.
 
@@ -354,7 +490,7 @@ def judge_backward(
     gradient; else returns the summary of what passed.
     """
     __tracebackhide__ = True
-    for case, observation, grads in judged_calls(name, cases, observations):
+    for case, observation, grads in judged_calls(name, cases, observations, arg_names):
         compare_tuple(
             observation,
             grads,
@@ -376,11 +512,18 @@ def passed(name: str, checked: Sequence[str]) -> str:
 def judge_gradients(
     observation: Observation, reference: Observation, name: str, description: str
 ) -> None:
-    """Compare recorded autograd gradients (``{what: array or None}``) with the reference's."""
+    """Compare recorded autograd gradients (``{what: array or None}``) with the reference's.
+
+    The gradients expected are the reference's, every one of them: a record must hold exactly
+    those keys (anything else is malformed), so leaving one out never skips its comparison.
+    """
     __tracebackhide__ = True
     if observation.error:
         fail(f"Backpropagating through {name} ({description}) raised {observation.error}")
-    for what, mine in observation.value.items():
+    expected = reference.value
+    conform(observation.value, dict.fromkeys(expected, (np.ndarray, type(None))), "gradients")
+    for what in expected:
+        mine = observation.value[what]
         if mine is None:
             fail(
                 f"No gradient reached {name}'s {what}: is it used in forward, as an "
@@ -388,7 +531,7 @@ def judge_gradients(
             )
         compare(
             mine,
-            reference.value[what],
+            expected[what],
             name=name,
             what=f"the gradient of {what}",
             case=Case(f"{description}, backward by autograd", ()),

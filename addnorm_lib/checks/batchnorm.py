@@ -13,10 +13,15 @@ biased running variance shows. Observed and judged as in :mod:`addnorm_lib.check
 import numpy as np
 
 from addnorm_lib.checks._core import (
+    PLAIN,
     Case,
+    ListOf,
+    MapOf,
     Observation,
     compare,
     compare_tuple,
+    conform,
+    expect_keys,
     fail,
     incomplete,
     judge_backward,
@@ -28,6 +33,7 @@ from addnorm_lib.checks._core import (
     plain,
 )
 from addnorm_lib.checks._record import run_check
+from addnorm_lib.checks._torch import NOT_CALLING_TORCH_NORMS
 
 OUTPUTS = ("y", "new_running_mean", "new_running_var")
 GRADIENTS = ("dx", "dgamma", "dbeta")
@@ -128,7 +134,7 @@ def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
 
 def observe_batch_norm(batch_norm, seed: int = 0) -> list[Observation]:
     """Observe ``batch_norm`` on each case of :func:`batch_norm_cases`."""
-    return observe_cases(batch_norm, batch_norm_cases(seed), ARG_NAMES)
+    return observe_cases(batch_norm, batch_norm_cases(seed))
 
 
 def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
@@ -137,7 +143,7 @@ def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
     from addnorm_lib.reference import mistakes, norms
 
     cases = batch_norm_cases(seed)
-    for case, observation, outputs in judged_calls("batch_norm", cases, observations):
+    for case, observation, outputs in judged_calls("batch_norm", cases, observations, ARG_NAMES):
         compare_tuple(
             observation,
             outputs,
@@ -159,7 +165,7 @@ def check_batch_norm(batch_norm, seed: int = 0) -> None:
 
 def observe_batch_norm_backward(batch_norm_backward, seed: int = 0) -> list[Observation]:
     """Observe ``batch_norm_backward`` on each case of :func:`batch_norm_backward_cases`."""
-    return observe_cases(batch_norm_backward, batch_norm_backward_cases(seed), ("dy", "x", "gamma"))
+    return observe_cases(batch_norm_backward, batch_norm_backward_cases(seed))
 
 
 def judge_batch_norm_backward(observations: list[Observation], seed: int = 0) -> str:
@@ -232,7 +238,7 @@ def observe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
 
     import torch
 
-    from addnorm_lib.checks._torch import torch_norms_forbidden
+    from addnorm_lib.checks._torch import recorded_state, torch_norms_forbidden
 
     guard = torch_norms_forbidden if forbid_torch_norms else contextlib.nullcontext
     state = {k: torch.from_numpy(v.copy()) for k, v in module_state(seed).items()}
@@ -270,13 +276,11 @@ def observe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
         grads = {"input": x.grad, "weight": module.weight.grad, "bias": module.bias.grad}
         return {k: None if g is None else g.numpy() for k, g in grads.items()}
 
-    def round_trip():
-        reference = torch.nn.BatchNorm1d(CHANNELS, dtype=torch.float64)
+    def round_trip():  # after a training step; the judge loads it into torch.nn.BatchNorm1d
         module = loaded("default").train()
         with guard():
             module(torch.from_numpy(scenario_inputs(seed)[0].copy()))
-        reference.load_state_dict(module.state_dict())
-        return True
+        return recorded_state(module)
 
     observations = {"describe": observe(describe, (), {})}
     for config in MODULE_CONFIGS:
@@ -306,6 +310,24 @@ def _module_mistakes(grad_enabled: bool):
     return (*mistakes.BATCH_NORM_MISTAKES, by_grad)
 
 
+# What a constructed module's description holds (see describe in observe_batch_norm_module)
+DESCRIPTION = {
+    "is_module": bool,
+    "subclasses_torch": bool,
+    "state": MapOf(ListOf((list, str))),
+    "initial": MapOf(np.ndarray),
+}
+# What each step of the scenario records
+STEP = dict.fromkeys(("y", *BUFFERS), PLAIN)
+# What only the kernel knows: a record can fail on it, never earn a point by it
+UNVERIFIED = {
+    "check_batch_norm_module": (
+        "BatchNorm1d subclasses torch.nn.Module, not torch's BatchNorm",
+        NOT_CALLING_TORCH_NORMS,
+    )
+}
+
+
 def _judge_module_describe(observation: Observation, reference: Observation) -> None:
     __tracebackhide__ = True
     if observation.not_implemented:
@@ -316,6 +338,7 @@ def _judge_module_describe(observation: Observation, reference: Observation) -> 
             "torch.nn.BatchNorm1d(num_features, eps=1e-5, momentum=0.1, affine=True, "
             "track_running_stats=True)."
         )
+    conform(observation.value, DESCRIPTION, "description")
     info, expected = observation.value, reference.value
     if not info["is_module"]:
         fail("BatchNorm1d must be a torch.nn.Module subclass.")
@@ -401,11 +424,10 @@ def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:
     __tracebackhide__ = True
     import torch
 
-    from addnorm_lib.checks._torch import TORCH_NORM_CALLED
+    from addnorm_lib.checks._torch import TORCH_NORM_CALLED, judge_round_trip
 
     reference = observe_batch_norm_module(torch.nn.BatchNorm1d, seed, forbid_torch_norms=False)
-    if set(observations) != set(reference):
-        incomplete("BatchNorm1d")
+    expect_keys("BatchNorm1d", observations, reference)
     _judge_module_describe(observations["describe"], reference["describe"])
     checked = ["constructor, parameters and buffers (with num_batches_tracked) as torch's"]
     for config in MODULE_CONFIGS:
@@ -420,6 +442,9 @@ def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:
                 f"BatchNorm1d({CHANNELS}{_config_args(config)}), loaded from a torch "
                 f"state_dict and run in training and eval mode, raised {observation.error}"
             )
+        conform(observation.value, ListOf(STEP), "scenario")
+        if len(observation.value) != len(SCENARIO):
+            incomplete("BatchNorm1d")
         _judge_scenario(config, observation.value, reference[f"scenario:{config}"].value, seed)
     checked.append(
         "loads torch's state_dict and matches it over training steps (2-D and 3-D, "
@@ -433,11 +458,9 @@ def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:
         "an (8, 4) batch in training mode",
     )
     checked.append("gradients of input, weight and bias match torch's in training mode")
-    if observations["round_trip"].error:
-        fail(
-            "torch.nn.BatchNorm1d could not load your module's state_dict: "
-            f"{observations['round_trip'].error}"
-        )
+    judge_round_trip(
+        observations["round_trip"], torch.nn.BatchNorm1d(CHANNELS, dtype=torch.float64)
+    )
     checked.append("its state_dict loads into torch.nn.BatchNorm1d")
     return passed("BatchNorm1d", checked)
 

@@ -16,10 +16,12 @@ import numpy as np
 from addnorm_lib import lookup
 from addnorm_lib.checks._core import (
     Case,
+    MapOf,
     Observation,
     compare,
+    conform,
+    expect_keys,
     fail,
-    incomplete,
     judge_call,
     judged_calls,
     observe,
@@ -72,7 +74,7 @@ def constants_cases(seed: int = 0) -> list[Case]:
 
 def observe_deepnorm_constants(deepnorm_constants, seed: int = 0) -> list[Observation]:
     """Observe ``deepnorm_constants`` on each case of :func:`constants_cases`."""
-    return observe_cases(deepnorm_constants, constants_cases(seed), ())
+    return observe_cases(deepnorm_constants, constants_cases(seed))
 
 
 def judge_deepnorm_constants(observations: list[Observation], seed: int = 0) -> str:
@@ -193,7 +195,7 @@ def observe_deepnorm_residual(deepnorm_residual, seed: int = 0) -> list[Observat
     import torch
 
     with torch.no_grad():
-        return observe_cases(deepnorm_residual, residual_cases(seed), ())
+        return observe_cases(deepnorm_residual, residual_cases(seed))
 
 
 def judge_deepnorm_residual(observations: list[Observation], seed: int = 0) -> str:
@@ -279,6 +281,7 @@ def _judge_init_state(state: dict, original: dict, beta: float) -> None:
 
     name = "deepnorm_init_"
     where = f"{name}(layer, beta={beta})"
+    conform(state, MapOf(np.ndarray), "state_dict")
     if sorted(state) != sorted(original):
         fail(
             f"{where} changed the layer's parameters: its state_dict keys are now "
@@ -324,11 +327,10 @@ def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
     Raises CheckFailed naming the first weight scaled wrongly; else returns the summary.
     """
     __tracebackhide__ = True
-    if set(observations) != {f"beta={beta}" for beta in INIT_BETAS}:
-        incomplete("deepnorm_init_")
+    expect_keys("deepnorm_init_", observations, [f"beta={beta}" for beta in INIT_BETAS])
     original = {k: v.detach().numpy() for k, v in init_layer(seed).state_dict().items()}
     for beta in INIT_BETAS:
-        case = Case(f"a LayerParts(16, 2, 32) layer with beta = {beta}", ())
+        case = Case(f"a LayerParts(16, 2, 32) layer with beta = {beta}", (beta,))
         observation = observations[f"beta={beta}"]
         _judge_init_state(judge_call(observation, "deepnorm_init_", case), original, beta)
     return passed(

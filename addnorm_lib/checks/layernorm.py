@@ -15,11 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from addnorm_lib.checks._core import (
+    PLAIN,
     Case,
+    ListOf,
+    MapOf,
     Observation,
     compare,
+    conform,
+    expect_keys,
     fail,
-    incomplete,
     judge_backward,
     judge_gradients,
     judge_output,
@@ -29,7 +33,13 @@ from addnorm_lib.checks._core import (
     plain,
 )
 from addnorm_lib.checks._record import run_check
-from addnorm_lib.checks._torch import TORCH_NORM_CALLED, torch_norms_forbidden
+from addnorm_lib.checks._torch import (
+    NOT_CALLING_TORCH_NORMS,
+    TORCH_NORM_CALLED,
+    judge_round_trip,
+    recorded_state,
+    torch_norms_forbidden,
+)
 
 # float32 input whose mean is 1e3 times its spread: a two-pass variance stays within ~1e-4 of the
 # float64 result, E[x^2] - E[x]^2 is off by ~0.1 or more (measured for 64 to 768 features).
@@ -105,7 +115,7 @@ def layer_norm_cases(seed: int = 0) -> list[Case]:
 
 def observe_layer_norm(layer_norm, seed: int = 0) -> list[Observation]:
     """Run a learner's ``layer_norm`` on every case; record what it did."""
-    return observe_cases(layer_norm, layer_norm_cases(seed), ("x", "gamma", "beta"))
+    return observe_cases(layer_norm, layer_norm_cases(seed))
 
 
 def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
@@ -118,7 +128,12 @@ def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
 
     cases = layer_norm_cases(seed)
     return judge_output(
-        "layer_norm", cases, observations, norms.layer_norm, mistakes.LAYER_NORM_MISTAKES
+        "layer_norm",
+        cases,
+        observations,
+        norms.layer_norm,
+        mistakes.LAYER_NORM_MISTAKES,
+        ("x", "gamma", "beta"),
     )
 
 
@@ -169,7 +184,7 @@ def layer_norm_backward_cases(seed: int = 0) -> list[Case]:
 
 def observe_layer_norm_backward(layer_norm_backward, seed: int = 0) -> list[Observation]:
     """Observe ``layer_norm_backward`` on each case of :func:`layer_norm_backward_cases`."""
-    return observe_cases(layer_norm_backward, layer_norm_backward_cases(seed), ("dy", "x", "gamma"))
+    return observe_cases(layer_norm_backward, layer_norm_backward_cases(seed))
 
 
 def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) -> str:
@@ -303,10 +318,8 @@ def observe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
         grads = {"input": x.grad, "weight": module.weight.grad, "bias": module.bias.grad}
         return {k: None if g is None else g.numpy() for k, g in grads.items()}
 
-    def round_trip():
-        reference = torch.nn.LayerNorm(FEATURES, dtype=torch.float64)
-        reference.load_state_dict(loaded("default").state_dict())
-        return True
+    def round_trip():  # the judge loads it into torch.nn.LayerNorm
+        return recorded_state(loaded("default"))
 
     observations = {}
     for config in MODULE_CONFIGS:
@@ -330,6 +343,25 @@ def _reference_module_observations(seed):
     return observe_layer_norm_module(torch.nn.LayerNorm, seed, forbid_torch_norms=False)
 
 
+# What a constructed module's description holds (see describe in observe_layer_norm_module)
+DESCRIPTION = {
+    "is_module": bool,
+    "subclasses_torch": bool,
+    "attributes": dict.fromkeys(("normalized_shape", "eps", "elementwise_affine"), PLAIN),
+    "state": MapOf(ListOf(int)),
+    "parameters": ListOf(str),
+    "initial": MapOf(np.ndarray),
+}
+# What only the kernel knows: a record can fail on it, never earn a point by it
+UNVERIFIED = {
+    "check_layer_norm_module": (
+        "LayerNorm subclasses torch.nn.Module, not torch.nn.LayerNorm",
+        "its weight and bias are nn.Parameters",
+        NOT_CALLING_TORCH_NORMS,
+    )
+}
+
+
 def _judge_describe(observation, config, checked):
     __tracebackhide__ = True
     args, kwargs, names, shape = MODULE_CONFIGS[config]
@@ -342,6 +374,7 @@ def _judge_describe(observation, config, checked):
             f"{call} raised {observation.error}\nHint: the constructor mirrors "
             "torch.nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)."
         )
+    conform(observation.value, DESCRIPTION, "description")
     info = observation.value
     if not info["is_module"]:
         fail("LayerNorm must be a torch.nn.Module subclass.")
@@ -417,9 +450,10 @@ def _judge_forward(observations, reference, key, description, atol=1e-8, mistake
 def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
     """Compare a recorded LayerNorm module with torch.nn.LayerNorm observed the same way."""
     __tracebackhide__ = True
+    import torch
+
     reference = _reference_module_observations(seed)
-    if set(observations) != set(reference):
-        incomplete("LayerNorm")
+    expect_keys("LayerNorm", observations, reference)
     inputs = module_inputs(seed)
     checked = []
 
@@ -459,11 +493,7 @@ def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
         _judge_describe(observations[f"describe:{config}"], config, checked)
         forward(f"forward:{config}", f"LayerNorm({FEATURES}, {text}) on a (B, T, C) input")
     checked.append("bias=False and elementwise_affine=False as in torch")
-    if observations["round_trip"].error:
-        fail(
-            "torch.nn.LayerNorm could not load your module's state_dict: "
-            f"{observations['round_trip'].error}"
-        )
+    judge_round_trip(observations["round_trip"], torch.nn.LayerNorm(FEATURES, dtype=torch.float64))
     checked.append("its state_dict loads into torch.nn.LayerNorm")
 
     return passed("LayerNorm", checked)

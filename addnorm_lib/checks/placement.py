@@ -17,10 +17,12 @@ import numpy as np
 
 from addnorm_lib.checks._core import (
     Case,
+    ListOf,
     Observation,
     compare,
+    conform,
+    expect_keys,
     fail,
-    incomplete,
     judged_calls,
     observe,
     observe_cases,
@@ -110,8 +112,7 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
     from addnorm_lib.reference import mistakes, placement
 
     name = "PostLNBlock" if post else "PreLNBlock"
-    if set(observations) != {"keys", "fresh", "loaded"}:
-        incomplete(name)
+    expect_keys(name, observations, ("keys", "fresh", "loaded"))
     for key in ("keys", "fresh", "loaded"):
         observation = observations[key]
         if observation.not_implemented:
@@ -125,6 +126,7 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
     x, self_attn, ffn, norm_state = block_parts(seed)
     reference = reference_cls(self_attn, ffn, D_MODEL).double()
     expected_keys = sorted(reference.state_dict())
+    conform(observations["keys"].value, ListOf(str), "state_dict keys")
     if observations["keys"].value != expected_keys:
         mine = [k for k in observations["keys"].value if "norm" in k]
         fail(
@@ -266,8 +268,7 @@ def judge_pre_ln_stack(observations: dict, seed: int = 0) -> str:
     from addnorm_lib.reference import mistakes, placement
 
     name = "PreLNStack"
-    if set(observations) != {"keys", "output"}:
-        incomplete(name)
+    expect_keys(name, observations, ("keys", "output"))
     for observation in observations.values():
         if observation.not_implemented:
             fail(f"{name} is not implemented yet: replace the stub with your code.")
@@ -275,6 +276,7 @@ def judge_pre_ln_stack(observations: dict, seed: int = 0) -> str:
             fail(f"{name}(layers, norm) raised {observation.error}")
     x, layers, norm = stack_parts(seed)
     reference = placement.PreLNStack(layers, norm)
+    conform(observations["keys"].value, ListOf(str), "state_dict keys")
     if observations["keys"].value != sorted(reference.state_dict()):
         fail(
             f"{name}'s state_dict does not hold its layers' and its norm's parameters as "
@@ -363,7 +365,7 @@ def _judge_schedule(name, cases, reference, observations, known=()) -> str:
 
 def observe_vaswani_lr(vaswani_lr, seed: int = 0) -> list[Observation]:
     """Observe ``vaswani_lr`` on each case of :func:`vaswani_cases`."""
-    return observe_cases(vaswani_lr, vaswani_cases(seed), ())
+    return observe_cases(vaswani_lr, vaswani_cases(seed))
 
 
 def judge_vaswani_lr(observations: list[Observation], seed: int = 0) -> str:
@@ -382,7 +384,7 @@ def judge_vaswani_lr(observations: list[Observation], seed: int = 0) -> str:
 
 def observe_warmup_rsqrt_lr(warmup_rsqrt_lr, seed: int = 0) -> list[Observation]:
     """Observe ``warmup_rsqrt_lr`` on each case of :func:`rsqrt_cases`."""
-    return observe_cases(warmup_rsqrt_lr, rsqrt_cases(seed), ())
+    return observe_cases(warmup_rsqrt_lr, rsqrt_cases(seed))
 
 
 def judge_warmup_rsqrt_lr(observations: list[Observation], seed: int = 0) -> str:

@@ -26,6 +26,9 @@ from addnorm_lib.checks._core import (
 from addnorm_lib.checks._record import run_check
 
 GRADIENTS = ("dx", "dW1", "db1", "dW2")
+BLOCK_ARGS = ("x", "W1", "b1", "W2")
+BACKWARD_ARGS = ("dy", "x", "W1", "b1", "W2")
+STACK_ARGS = ("x", "params", "dy")
 LEADING_AXES_HINT = (
     "x may have any number of leading axes, (..., C): flatten them for the weight gradients, "
     "dW1 = x.reshape(-1, C).T @ dpre.reshape(-1, H), and sum db1 over all of them."
@@ -122,7 +125,7 @@ def stack_cases(seed: int = 0) -> list[Case]:
 
 def observe_block(block, seed: int = 0) -> list[Observation]:
     """Run a learner's block (residual or plain) on every case of :func:`block_cases`; record it."""
-    return observe_cases(block, block_cases(seed), ("x", "W1", "b1", "W2"))
+    return observe_cases(block, block_cases(seed))
 
 
 def _judge_block(name: str, observations: list[Observation], seed: int, residual: bool) -> str:
@@ -133,7 +136,7 @@ def _judge_block(name: str, observations: list[Observation], seed: int, residual
     reference = blocks.residual_block if residual else blocks.plain_block
     known = mistakes.RESIDUAL_BLOCK_MISTAKES if residual else mistakes.PLAIN_BLOCK_MISTAKES
     cases = block_cases(seed)
-    for case, observation, y in judged_calls(name, cases, observations):
+    for case, observation, y in judged_calls(name, cases, observations, BLOCK_ARGS):
         compare(
             y,
             reference(*case.args),
@@ -181,7 +184,7 @@ def check_plain_block(plain_block, seed: int = 0) -> None:
 
 def observe_block_backward(backward, seed: int = 0) -> list[Observation]:
     """Run a learner's block backward pass on every case of :func:`backward_cases`; record it."""
-    return observe_cases(backward, backward_cases(seed), ("dy", "x", "W1", "b1", "W2"))
+    return observe_cases(backward, backward_cases(seed))
 
 
 def _judge_backward(name: str, observations: list[Observation], seed: int, residual: bool) -> str:
@@ -192,7 +195,7 @@ def _judge_backward(name: str, observations: list[Observation], seed: int, resid
     reference = blocks.residual_block_backward if residual else blocks.plain_block_backward
     known = mistakes.RESIDUAL_BACKWARD_MISTAKES if residual else mistakes.PLAIN_BACKWARD_MISTAKES
     cases = backward_cases(seed)
-    for case, observation, grads in judged_calls(name, cases, observations):
+    for case, observation, grads in judged_calls(name, cases, observations, BACKWARD_ARGS):
         compare_tuple(
             observation,
             grads,
@@ -252,7 +255,7 @@ def check_plain_block_backward(plain_block_backward, seed: int = 0) -> None:
 
 def observe_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> list[Observation]:
     """Observe ``stack_gradient_norms`` on each case of :func:`stack_cases`."""
-    return observe_cases(stack_gradient_norms, stack_cases(seed), ("x", "params", "dy"))
+    return observe_cases(stack_gradient_norms, stack_cases(seed))
 
 
 def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -> str:
@@ -266,7 +269,8 @@ def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -
     from addnorm_lib.reference import residuals as blocks
 
     cases = stack_cases(seed)
-    for case, observation, norms in judged_calls("stack_gradient_norms", cases, observations):
+    calls = judged_calls("stack_gradient_norms", cases, observations, STACK_ARGS)
+    for case, observation, norms in calls:
         if isinstance(norms, list):  # a list of floats is fine
             norms = np.asarray(norms, dtype=np.float64)
         expected = blocks.stack_gradient_norms(*case.args, **case.kwargs)

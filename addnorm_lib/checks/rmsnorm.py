@@ -10,21 +10,32 @@ import contextlib
 import numpy as np
 
 from addnorm_lib.checks._core import (
+    PLAIN,
     Case,
+    ListOf,
+    MapOf,
     Observation,
     compare,
+    conform,
+    expect_keys,
     fail,
-    incomplete,
     judge_backward,
     judge_gradients,
     judge_output,
+    malformed,
     observe,
     observe_cases,
     passed,
     plain,
 )
 from addnorm_lib.checks._record import run_check
-from addnorm_lib.checks._torch import TORCH_NORM_CALLED, torch_norms_forbidden
+from addnorm_lib.checks._torch import (
+    NOT_CALLING_TORCH_NORMS,
+    TORCH_NORM_CALLED,
+    judge_round_trip,
+    recorded_state,
+    torch_norms_forbidden,
+)
 from addnorm_lib.checks.layernorm import last_axis_backward_cases
 
 SHAPE_HINT = (
@@ -79,7 +90,7 @@ def rms_norm_cases(seed: int = 0) -> list[Case]:
 
 def observe_rms_norm(rms_norm, seed: int = 0) -> list[Observation]:
     """Observe ``rms_norm`` on each case of :func:`rms_norm_cases`."""
-    return observe_cases(rms_norm, rms_norm_cases(seed), ("x", "weight"))
+    return observe_cases(rms_norm, rms_norm_cases(seed))
 
 
 def judge_rms_norm(observations: list[Observation], seed: int = 0) -> str:
@@ -88,7 +99,9 @@ def judge_rms_norm(observations: list[Observation], seed: int = 0) -> str:
     from addnorm_lib.reference import mistakes, norms
 
     cases = rms_norm_cases(seed)
-    return judge_output("rms_norm", cases, observations, norms.rms_norm, mistakes.RMS_NORM_MISTAKES)
+    return judge_output(
+        "rms_norm", cases, observations, norms.rms_norm, mistakes.RMS_NORM_MISTAKES, ("x", "weight")
+    )
 
 
 def check_rms_norm(rms_norm, seed: int = 0) -> None:
@@ -109,7 +122,7 @@ def rms_norm_backward_cases(seed: int = 0) -> list[Case]:
 
 def observe_rms_norm_backward(rms_norm_backward, seed: int = 0) -> list[Observation]:
     """Observe ``rms_norm_backward`` on each case of :func:`rms_norm_backward_cases`."""
-    return observe_cases(rms_norm_backward, rms_norm_backward_cases(seed), ("dy", "x", "weight"))
+    return observe_cases(rms_norm_backward, rms_norm_backward_cases(seed))
 
 
 def judge_rms_norm_backward(observations: list[Observation], seed: int = 0) -> str:
@@ -123,7 +136,13 @@ def judge_rms_norm_backward(observations: list[Observation], seed: int = 0) -> s
     cases = rms_norm_backward_cases(seed)
     known = mistakes.RMS_NORM_BACKWARD_MISTAKES
     return judge_backward(
-        "rms_norm_backward", cases, observations, norms.rms_norm_backward, ("dx", "dweight"), known
+        "rms_norm_backward",
+        cases,
+        observations,
+        norms.rms_norm_backward,
+        ("dx", "dweight"),
+        known,
+        arg_names=("dy", "x", "weight"),
     )
 
 
@@ -247,10 +266,8 @@ def observe_rms_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True)
         grads = {"input": x.grad, "weight": module.weight.grad}
         return {k: None if g is None else g.numpy() for k, g in grads.items()}
 
-    def round_trip():
-        reference = torch.nn.RMSNorm(FEATURES, dtype=torch.float64)
-        reference.load_state_dict(loaded("default").state_dict())
-        return True
+    def round_trip():  # the judge loads it into torch.nn.RMSNorm
+        return recorded_state(loaded("default"))
 
     observations = {}
     for config in MODULE_CONFIGS:
@@ -268,6 +285,25 @@ def observe_rms_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True)
     return observations
 
 
+# What a constructed module's description holds (see describe in observe_rms_norm_module)
+DESCRIPTION = {
+    "is_module": bool,
+    "subclasses_torch": bool,
+    "attributes": dict.fromkeys(("normalized_shape", "eps", "elementwise_affine"), PLAIN),
+    "state": MapOf(ListOf(int)),
+    "parameters": ListOf(str),
+    "initial": MapOf(np.ndarray),
+}
+# What only the kernel knows: a record can fail on it, never earn a point by it
+UNVERIFIED = {
+    "check_rms_norm_module": (
+        "RMSNorm subclasses torch.nn.Module, not torch.nn.RMSNorm",
+        "its weight is an nn.Parameter",
+        NOT_CALLING_TORCH_NORMS,
+    )
+}
+
+
 def _judge_describe(observation: Observation, config: str) -> None:
     __tracebackhide__ = True
     call = _config_call(config)
@@ -278,6 +314,7 @@ def _judge_describe(observation: Observation, config: str) -> None:
             f"{call} raised {observation.error}\nHint: the constructor mirrors "
             "torch.nn.RMSNorm(normalized_shape, eps=None, elementwise_affine=True)."
         )
+    conform(observation.value, DESCRIPTION, "description")
     info = observation.value
     if not info["is_module"]:
         fail("RMSNorm must be a torch.nn.Module subclass.")
@@ -351,17 +388,31 @@ def _half_variants(name: str, seed: int) -> dict:
     }
 
 
+def _representable(values: np.ndarray, dtype: str) -> bool:
+    """Whether every value (recorded in float64) is one that torch's ``dtype`` can hold."""
+    import torch
+
+    if values.dtype != np.float64:
+        return False
+    as_recorded = torch.from_numpy(values)
+    round_trip = as_recorded.to(getattr(torch, dtype)).double()
+    return bool(torch.equal(round_trip.nan_to_num(0.5), as_recorded.nan_to_num(0.5)))
+
+
 def _judge_half(observations: dict, reference: dict, name: str, seed: int) -> None:
     __tracebackhide__ = True
     dtype, description, _ = HALF_INPUTS[name]
     description = f"a {description}, shape {(BATCH, TIME, FEATURES)}, module converted with .to()"
     observation = _forward_value(observations, f"half:{name}", description)
+    conform(observation.value, {"dtype": str, "value": np.ndarray}, "half-precision output")
     mine, theirs = observation.value, reference[f"half:{name}"].value
     if mine["dtype"] != dtype:
         fail(
             f"RMSNorm, on {description}: the output has dtype {mine['dtype']}, but the input was "
             f"{dtype}.\nHint: compute in float32, then cast the result back with .to(x.dtype)."
         )
+    if not _representable(mine["value"], dtype):  # the dtype named is a claim: check it
+        malformed("half-precision output")
     tolerance = {"rtol": HALF_TOLERANCE, "atol": HALF_TOLERANCE}
     if np.allclose(mine["value"], theirs["value"], **tolerance):
         return
@@ -397,8 +448,7 @@ def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
     from addnorm_lib.reference import mistakes
 
     reference = observe_rms_norm_module(torch.nn.RMSNorm, seed, forbid_torch_norms=False)
-    if set(observations) != set(reference):
-        incomplete("RMSNorm")
+    expect_keys("RMSNorm", observations, reference)
     inputs = module_inputs(seed)
     checked = []
 
@@ -446,11 +496,7 @@ def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
     _judge_describe(observations["describe:no_affine"], "no_affine")
     forward("no_affine", f"{_config_call('no_affine')} on a {x_shape} input")
     checked.append("elementwise_affine=False as in torch")
-    if observations["round_trip"].error:
-        fail(
-            "torch.nn.RMSNorm could not load your module's state_dict: "
-            f"{observations['round_trip'].error}"
-        )
+    judge_round_trip(observations["round_trip"], torch.nn.RMSNorm(FEATURES, dtype=torch.float64))
     checked.append("its state_dict loads into torch.nn.RMSNorm")
     return passed("RMSNorm", checked)
 

@@ -4,15 +4,35 @@ A test cell's checks only *record* what the student's code returned; here each r
 by the check's judge (``addnorm_lib.checks.JUDGES``). A test cell earns its points when nbval
 passed it *and* every check it calls recorded a result that its judge accepts: code in the
 notebook can make a test cell fail, but cannot make it pass.
+
+A record is written by the kernel, which runs the student's code: it is hostile input. It is read
+as such (``addnorm_lib.checks._record``: regular files only, sizes and dtypes checked before
+reading, the exact structure the judge expects) and judged in a short-lived worker process with
+memory and time limits (``_judge_worker``), one per notebook for all of its checks, forked from a
+zygote that has imported the checks and torch once. A record that still blows up a judge costs
+its own test cell its points, with a message that says so; the grader and the other cells go on.
+What a record can only claim (facts that the kernel alone saw, ``checks.UNVERIFIED``) earns no
+points; a passing cell's message names those claims as unverified.
 """
 
+import atexit
+import contextlib
+import json
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from addnorm_lib.checks import JUDGES, CheckFailed
 from addnorm_lib.checks import _record as record
+from addnorm_lib.grading._pytest_runner import single_threaded
 from addnorm_lib.grading.assemble import Assignment, TestCell
+from addnorm_lib.grading.settings import COURSE_ROOT
 
 STATUSES = ("ok", "timeout", "kernel_died", "malformed", "unknown_assignment", "error")
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -20,6 +40,15 @@ ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Exit|Interrupt|Warning)\b")
 MESSAGE_LIMIT = 2000  # characters of a failure message kept in a report
 NO_RESULT = "recorded no result"
+UNUSABLE = "the recorded result is unusable"
+
+# The judge worker's limits (module constants: the grader's settings are not the judge's).
+JUDGE_MEMORY_MB = 1024  # address space a worker may use beyond the zygote's own (~0.7 GiB)
+JUDGE_CHECK_SECONDS = 20  # wall-clock seconds to judge one check's record
+JUDGE_START_SECONDS = 120  # for the zygote to import numpy, torch and the checks
+WORKER_START_SECONDS = 30  # for a worker to be forked and say its pid
+JUDGES_MODULE = "addnorm_lib.checks"  # the module whose JUDGES and UNVERIFIED the workers use
+LINE_LIMIT = 2**20  # bytes of one line from a worker
 
 
 @dataclass
@@ -76,23 +105,237 @@ def clean_message(report: str, limit: int = MESSAGE_LIMIT) -> str:
     return message
 
 
-def judge_checks(test: TestCell, observations: Path) -> str | None:
-    """None if every recorded check of the cell passes, else the first failure message."""
-    for name, seed in test.checks:
-        path = record.observation_path(observations, name, seed)
-        if not path.is_file():
-            return (
-                f"{name}(seed={seed}) {NO_RESULT}: the cell did not reach it, or the check was "
-                "switched off."
+# ----------------------------------------------------------------------------------------------
+# Judging the records, in worker processes
+
+
+class JudgeUnavailable(RuntimeError):
+    """The judge's worker processes could not be started."""
+
+
+class _Zygote:
+    """The process that workers are forked from (``_judge_worker``), and the socket to it."""
+
+    def __init__(self):
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        command = [sys.executable, "-m", "addnorm_lib.grading._judge_worker", str(theirs.fileno())]
+        with theirs:
+            self.process = subprocess.Popen(
+                command,
+                pass_fds=[theirs.fileno()],
+                cwd=COURSE_ROOT,
+                env=single_threaded(
+                    {k: v for k, v in os.environ.items() if k != record.OBSERVATIONS_ENV}
+                ),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C meant for the grader does not reach it
             )
+        self.control = ours
+        self.lock = threading.Lock()
+        ours.settimeout(JUDGE_START_SECONDS)
         try:
-            data = record.load(path)
-            JUDGES[name](data, seed)  # raises CheckFailed, or returns the learner's summary
-        except CheckFailed as failure:
-            return f"CheckFailed: {failure}"
-        except Exception as err:  # a tampered or truncated record
-            return f"{name}(seed={seed}): the recorded result is unusable ({type(err).__name__})."
-    return None
+            hello = ours.recv(4096)
+        except OSError:
+            hello = b""
+        ours.settimeout(None)
+        if hello != b"ready":
+            self.close()
+            reason = hello.decode(errors="replace") or "it exited"
+            raise JudgeUnavailable(f"the judge's zygote did not start: {reason}")
+
+    def connect(self) -> socket.socket:
+        """A socket to a freshly forked worker."""
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with theirs, self.lock:
+            socket.send_fds(self.control, [b"j"], [theirs.fileno()])
+        return mine
+
+    def alive(self) -> bool:
+        """Whether the zygote's process is still running."""
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        """Hang up: the zygote exits (killed if it does not)."""
+        self.control.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+_zygote: _Zygote | None = None
+_zygote_lock = threading.Lock()
+
+
+@atexit.register
+def _close_zygote() -> None:
+    global _zygote
+    with _zygote_lock:
+        if _zygote is not None:
+            _zygote.close()
+            _zygote = None
+
+
+def _connect(restart: bool = False) -> socket.socket:
+    """A socket to a new worker, starting (or, after a failure, restarting) the zygote."""
+    global _zygote
+    with _zygote_lock:
+        if _zygote is not None and (restart or not _zygote.alive()):
+            _zygote.close()
+            _zygote = None
+        if _zygote is None:
+            _zygote = _Zygote()
+        zygote = _zygote
+    return zygote.connect()
+
+
+class _Lines:
+    """Lines read from a worker's socket, each within a deadline."""
+
+    def __init__(self, connection: socket.socket):
+        self.connection, self.buffer = connection, b""
+
+    def next(self, seconds: float) -> bytes | None:
+        """The next line; None at the end of the stream; TimeoutError after ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError
+            self.connection.settimeout(remaining)
+            try:
+                chunk = self.connection.recv(65536)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                return None
+            self.buffer += chunk
+            if len(self.buffer) > LINE_LIMIT:
+                return None  # not what a worker sends: as if it had died
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line
+
+
+def _kill(pid: int, pidfd: int | None) -> None:
+    with contextlib.suppress(OSError):
+        if pidfd is not None:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+
+
+def _run_worker(checks: list, folder: Path) -> tuple[list[dict], str | None]:
+    """Judge ``checks`` in one worker: their verdicts in order, as far as it got, and why it
+    stopped early (``"timeout"`` or ``"stopped"``), or None if it judged them all."""
+    request = {
+        "folder": str(folder),
+        "checks": [[name, seed] for name, seed in checks],
+        "judges": JUDGES_MODULE,
+        "memory_mb": JUDGE_MEMORY_MB,
+        "check_seconds": JUDGE_CHECK_SECONDS,
+        "cpu_seconds": JUDGE_CHECK_SECONDS * len(checks) + 10,
+    }
+    for attempt in range(2):  # the second time with a new zygote
+        try:
+            connection = _connect(restart=attempt > 0)
+        except OSError:
+            continue
+        with connection:
+            lines = _Lines(connection)
+            try:
+                connection.sendall(json.dumps(request).encode())
+                connection.shutdown(socket.SHUT_WR)
+                hello = lines.next(WORKER_START_SECONDS)
+            except OSError:  # TimeoutError too
+                hello = None
+            if hello is not None:
+                return _verdicts(lines, json.loads(hello)["pid"], len(checks))
+    raise JudgeUnavailable("the judge's worker could not be started")
+
+
+def _verdicts(lines: _Lines, pid: int, count: int) -> tuple[list[dict], str | None]:
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        pidfd = None
+    verdicts = []
+    try:
+        for _ in range(count):
+            start = time.monotonic()
+            try:
+                line = lines.next(JUDGE_CHECK_SECONDS + 5)
+            except TimeoutError:
+                _kill(pid, pidfd)
+                return verdicts, "timeout"
+            if line is None:  # its alarm ended it, or its memory, or a crash
+                late = time.monotonic() - start >= 0.9 * JUDGE_CHECK_SECONDS  # clocks differ
+                return verdicts, "timeout" if late else "stopped"
+            verdicts.append(json.loads(line))
+        return verdicts, None
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def judge_records(checks, folder: Path) -> dict[tuple[str, int], dict]:
+    """The verdict on each ``(check name, seed)``'s record in ``folder`` (see ``_judge_worker``).
+
+    One worker judges them all, in order; if it dies or runs out of time on one, that one's
+    verdict is ``timeout`` or ``stopped`` and a new worker judges the rest.
+    """
+    pending = list(dict.fromkeys((str(name), int(seed)) for name, seed in checks))
+    verdicts: dict[tuple[str, int], dict] = {}
+    while pending:
+        done, stopped = _run_worker(pending, folder)
+        verdicts.update(zip(pending, done, strict=False))
+        if stopped is not None:
+            verdicts[pending[len(done)]] = {"verdict": stopped, "message": ""}
+        pending = [check for check in pending if check not in verdicts]
+    return verdicts
+
+
+def failure_message(name: str, seed: int, verdict: dict) -> str | None:
+    """What a test cell says about one check's verdict: None if it passed."""
+    kind, detail = verdict["verdict"], verdict["message"]
+    where = f"{name}(seed={seed})"
+    limits = f"({JUDGE_MEMORY_MB} MiB of memory, {JUDGE_CHECK_SECONDS:g} s)"
+    messages = {
+        "passed": None,
+        "failed": f"CheckFailed: {detail}",
+        "missing": f"{where} {NO_RESULT}: the cell did not reach it, or the check was "
+        "switched off.",
+        "refused": f"{where}: {UNUSABLE} ({detail}).",
+        "malformed": f"{where}: {UNUSABLE} (malformed record).",
+        "error": f"{where}: {UNUSABLE} ({detail}).",
+        "memory": f"{where}: judging the recorded result needed more than the judge's "
+        f"{JUDGE_MEMORY_MB} MiB of memory; it earns no points.",
+        "timeout": f"{where}: judging the recorded result took longer than "
+        f"{JUDGE_CHECK_SECONDS:g} s and was stopped; it earns no points.",
+        "stopped": f"{where}: judging the recorded result was stopped at the judge's limits "
+        f"{limits}; it earns no points.",
+    }
+    return messages.get(kind, f"{where}: {UNUSABLE}.")
+
+
+def judge_checks(test: TestCell, verdicts: dict) -> tuple[bool, str]:
+    """(passed, message) of a test cell's checks: the first failure, or the unverified claims."""
+    claims = []
+    for name, seed in test.checks:
+        verdict = verdicts[(name, seed)]
+        message = failure_message(name, seed, verdict)
+        if message is not None:
+            return False, message
+        claims += [claim for claim in verdict["message"].split("; ") if claim]
+    if not claims:
+        return True, ""
+    unverified = "; ".join(dict.fromkeys(claims))
+    return True, (
+        "Not verified by the grader (the notebook's own kernel reported it; it earns no "
+        f"points): {unverified}."
+    )
 
 
 def records_by_cell(assignment: Assignment, records: list[dict] | None) -> dict[int, dict]:
@@ -106,8 +349,8 @@ def records_by_cell(assignment: Assignment, records: list[dict] | None) -> dict[
     return by_position
 
 
-def judge_cell(test: TestCell, found: dict | None, observations: Path, cell_timeout: float):
-    """(status, message) of one test cell, from its nbval record and its checks' records."""
+def judge_cell(test: TestCell, found: dict | None, verdicts: dict, cell_timeout: float):
+    """(status, message) of one test cell, from its nbval record and its checks' verdicts."""
     if found is None:
         return "not_run", "Not run: the notebook stopped before this cell."
     if found["timed_out"]:
@@ -115,10 +358,10 @@ def judge_cell(test: TestCell, found: dict | None, observations: Path, cell_time
             "timeout",
             f"Timeout: the cell ran longer than {cell_timeout:g} s and was interrupted.",
         )
-    message = judge_checks(test, observations)
+    passed, message = judge_checks(test, verdicts)
     if found["status"] == "passed":
-        return ("passed" if message is None else "failed"), message
-    if message is None or NO_RESULT in message:  # then nbval's own failure says more
+        return ("passed" if passed else "failed"), message
+    if passed or NO_RESULT in message:  # then nbval's own failure says more
         message = clean_message(found["report"]) or f"nbval: {found['status']}"
     return "failed", message
 
@@ -126,12 +369,19 @@ def judge_cell(test: TestCell, found: dict | None, observations: Path, cell_time
 def judge(
     assignment: Assignment, records, observations: Path, cell_timeout: float
 ) -> list[CellGrade]:
-    """The grade of every test cell of the assignment."""
+    """The grade of every test cell of the assignment; one judge worker judges every record."""
     by_position = records_by_cell(assignment, records)
+    judged = [
+        check
+        for test in assignment.tests
+        if (found := by_position.get(test.index)) is not None and not found["timed_out"]
+        for check in test.checks
+    ]
+    verdicts = judge_records(judged, observations) if judged else {}
     cells = []
     for test in assignment.tests:
         found = by_position.get(test.index)
-        status, message = judge_cell(test, found, observations, cell_timeout)
+        status, message = judge_cell(test, found, verdicts, cell_timeout)
         points = test.points if status == "passed" else 0.0
         cell = CellGrade(test.grade_id, points, test.points, status, message or "", test.hidden)
         cells.append(cell)
