@@ -343,7 +343,8 @@ def _reference_module_observations(seed):
     return observe_layer_norm_module(torch.nn.LayerNorm, seed, forbid_torch_norms=False)
 
 
-# What a constructed module's description holds (see describe in observe_layer_norm_module)
+# What a constructed module's description holds (see describe in observe_layer_norm_module);
+# RMSNorm's module is described the same way
 DESCRIPTION = {
     "is_module": bool,
     "subclasses_torch": bool,

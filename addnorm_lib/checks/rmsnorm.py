@@ -10,10 +10,7 @@ import contextlib
 import numpy as np
 
 from addnorm_lib.checks._core import (
-    PLAIN,
     Case,
-    ListOf,
-    MapOf,
     Observation,
     compare,
     conform,
@@ -36,7 +33,7 @@ from addnorm_lib.checks._torch import (
     recorded_state,
     torch_norms_forbidden,
 )
-from addnorm_lib.checks.layernorm import last_axis_backward_cases
+from addnorm_lib.checks.layernorm import DESCRIPTION, last_axis_backward_cases
 
 SHAPE_HINT = (
     "Your code must work for any number of leading axes: reduce with axis=-1 and keepdims=True, "
@@ -285,15 +282,6 @@ def observe_rms_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True)
     return observations
 
 
-# What a constructed module's description holds (see describe in observe_rms_norm_module)
-DESCRIPTION = {
-    "is_module": bool,
-    "subclasses_torch": bool,
-    "attributes": dict.fromkeys(("normalized_shape", "eps", "elementwise_affine"), PLAIN),
-    "state": MapOf(ListOf(int)),
-    "parameters": ListOf(str),
-    "initial": MapOf(np.ndarray),
-}
 # What only the kernel knows: a record can fail on it, never earn a point by it
 UNVERIFIED = {
     "check_rms_norm_module": (
