@@ -29,6 +29,8 @@ import socket
 import sys
 import traceback
 
+import psutil
+
 PRELOAD = (
     "numpy",
     "torch",
@@ -78,9 +80,7 @@ def verdict(folder_fd: int | None, name: str, seed: int, judges, unverified: dic
 
 def address_space() -> int:
     """This process's virtual memory size, in bytes."""
-    with open("/proc/self/statm") as statm:
-        pages = int(statm.read().split()[0])
-    return pages * resource.getpagesize()
+    return psutil.Process().memory_info().vms
 
 
 def limit(memory_mb: int, cpu_seconds: int) -> None:
