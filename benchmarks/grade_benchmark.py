@@ -9,7 +9,8 @@ builds the graded notebooks the grader would build, and times
 (b) the grader: ``python -m addnorm_lib.grading`` on the submissions with ``--jobs J``;
 (c) the baseline: one sequential ``pytest --nbval-lax`` over the graded notebooks.
 
-(a) and (c) start every kernel from scratch; (b) forks warm kernels from a zygote (see
+(a) and (c) start every kernel from scratch, with no sandbox; (b) runs each kernel in its
+submission's bubblewrap sandbox and cgroup, forked warm from a zygote (see
 ``addnorm_lib/grading/_warm_kernels.py``), which is why it can beat (a).
 """
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from addnorm_lib.grading import bubblewrap
+
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
@@ -21,8 +23,9 @@ BOOK_GROUP = pytest.mark.xdist_group("book")
 # Module fixtures that each cost a whole grading run: the tests that use one are grouped the same
 # way, so that one worker builds it once (under xdist every worker would build its own copy).
 # Lets the grader grade a folder where it cannot build its sandbox (it stops otherwise); where it
-# can, kernels are jailed whatever this says.
-GRADE_ANYWHERE = ("--no-sandbox",)
+# can, kernels run in it. UNSANDBOXED runs them without it wherever the tests run.
+UNSANDBOXED = ("--no-sandbox",)
+GRADE_ANYWHERE = () if bubblewrap.bubblewrap_problem() is None else UNSANDBOXED
 FIXTURE_GROUPS = {"graded": "graded-class", "graded_by_the_grader": "mutants-through-the-grader"}
 
 

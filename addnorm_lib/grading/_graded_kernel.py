@@ -3,8 +3,8 @@
 The grader's kernelspec starts ``python -m addnorm_lib.grading._graded_kernel -f
 {connection_file}``. Limits come from the environment: ``ADDNORM_MEMORY_MB`` caps the address
 space (a memory blow-up raises MemoryError or kills this kernel, never the grader),
-``ADDNORM_FILE_MB`` caps the size of any file it writes. Warm kernels (``_warm_kernels``) set
-the same limits after their fork.
+``ADDNORM_FILE_MB`` caps the size of any file it writes. These are per process; the
+submission's cgroup caps all its processes together (see ``sandbox``).
 """
 
 import os

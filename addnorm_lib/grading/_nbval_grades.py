@@ -2,7 +2,15 @@
 
 Loaded by the grader as ``-p addnorm_lib.grading._nbval_grades --addnorm-grades=FILE``. It runs
 in the pytest process, not in the notebook's kernel, so notebook code cannot reach it. It also
-fixes two nbval behaviours that a grader cannot live with:
+starts the kernel the grader's way and fixes nbval behaviours that a grader cannot live with:
+
+- with ``--addnorm-exchange=DIR``, the kernel talks over IPC sockets in DIR (a sandboxed kernel
+  has no network), its connection file is there too, and it starts in ``--addnorm-home``;
+- what the kernel prints is capped at ``--addnorm-output-mb``: once the notebook's output
+  passes it in all, later output is dropped as it arrives (the cells still run; a note takes
+  the place of the first output dropped). One message is at most what the kernel's memory cap
+  lets it build, and this process has an address-space cap of its own (``_pytest_runner``), so
+  a flood costs the grader neither memory nor a row;
 
 - a dead kernel (``os._exit``, a crash, the memory cap) is noticed within about a second, instead
   of after the whole cell timeout;
@@ -14,12 +22,17 @@ Results carry the cell's code-cell ordinal, id and nbgrader metadata, not nbval'
 
 import json
 import time
+from pathlib import Path
 from queue import Empty
 
+import nbval.kernel
 import pytest
-from nbval.kernel import RunningKernel
+from jupyter_client.manager import KernelManager
+from nbval.kernel import NbvalKernelspecManager, RunningKernel
 
 KERNEL_DIED = "the kernel died"
+OUTPUT_CAP = "[output past the grader's cap of {mb} MiB: dropped]"
+REPORT_CHARS = 20_000  # of a failed cell's report, kept in the record
 
 
 class KernelDied(RuntimeError):
@@ -45,17 +58,90 @@ def _await_reply_watching(self, msg_id, timeout=None):
             return
 
 
+def kernel_starter(exchange: Path, home: Path):
+    """nbval's ``start_new_kernel``, over IPC sockets in ``exchange``, the kernel in ``home``."""
+
+    def start_new_kernel(startup_timeout=60, kernel_name="python", **kwargs):
+        manager = KernelManager(
+            kernel_name=kernel_name,
+            kernel_spec_manager=NbvalKernelspecManager(),
+            transport="ipc",
+            ip=str(exchange / "kernel"),
+            connection_file=str(exchange / "kernel.json"),
+        )
+        manager.start_kernel(**{**kwargs, "cwd": str(home)})
+        client = manager.client()
+        client.start_channels()
+        try:
+            client.wait_for_ready(timeout=startup_timeout)
+        except RuntimeError:
+            client.stop_channels()
+            manager.shutdown_kernel(now=True)
+            raise
+        return manager, client
+
+    return start_new_kernel
+
+
+OUTPUT_FIELDS = ("text", "data", "traceback", "evalue")
+
+
+def message_size(msg: dict) -> int:
+    """About how many bytes of output a kernel message carries (its text and data)."""
+    content = msg.get("content", {})
+    return sum(len(str(content.get(name, ""))) for name in OUTPUT_FIELDS)
+
+
+def dropped(msg: dict, note: str) -> dict:
+    """``msg`` with its output replaced by ``note`` (a stream) or by nothing."""
+    content = dict(msg.get("content", {}))
+    for name in OUTPUT_FIELDS:
+        if name in content:
+            content[name] = {"data": {}, "traceback": []}.get(name, "")
+    if "text" in content:
+        content["text"] = note
+    return {**msg, "content": content}
+
+
+def capped_get_message(get_message, output_bytes: int):
+    """``RunningKernel.get_message`` that counts the output and drops it past the cap."""
+    note = OUTPUT_CAP.format(mb=round(output_bytes / 2**20, 1)) + "\n"
+
+    def get_message_capped(self, stream, timeout=None):
+        msg = get_message(self, stream, timeout=timeout)
+        size = message_size(msg)
+        self.output_bytes = getattr(self, "output_bytes", 0) + size
+        if size and self.output_bytes > output_bytes:
+            first = not getattr(self, "output_dropped", False)
+            self.output_dropped = True
+            return dropped(msg, note if first else "")
+        return msg
+
+    return get_message_capped
+
+
 def pytest_addoption(parser):
-    """The plugin's one option: where to write the records."""
+    """The plugin's options: where to write the records, and how to start the kernel."""
     parser.addoption("--addnorm-grades", default=None, help="write per-cell results as JSON here")
+    parser.addoption("--addnorm-exchange", default=None, help="IPC sockets and connection file")
+    parser.addoption("--addnorm-home", default=None, help="the kernel's working folder")
+    parser.addoption("--addnorm-output-mb", default=8.0, type=float, help="output cap, in MiB")
 
 
 def pytest_configure(config):
-    """With ``--addnorm-grades``: watch for dead kernels, and record every cell."""
+    """With ``--addnorm-grades``: watch for dead kernels, cap output, record every cell; with
+    ``--addnorm-exchange``, start kernels over IPC sockets there."""
     path = config.getoption("--addnorm-grades")
-    if path:
-        RunningKernel.await_reply = _await_reply_watching
-        config.pluginmanager.register(GradeRecorder(path), "addnorm-grade-recorder")
+    if not path:
+        return
+    output_bytes = int(config.getoption("--addnorm-output-mb") * 2**20)
+    RunningKernel.await_reply = _await_reply_watching
+    RunningKernel.get_message = capped_get_message(RunningKernel.get_message, output_bytes)
+    exchange = config.getoption("--addnorm-exchange")
+    if exchange:
+        home = Path(config.getoption("--addnorm-home") or exchange)
+        nbval.kernel.start_new_kernel = kernel_starter(Path(exchange), home)
+    config.pluginmanager.register(GradeRecorder(path), "addnorm-grade-recorder")
 
 
 class GradeRecorder:
@@ -80,7 +166,7 @@ class GradeRecorder:
         if cell is None:
             return
         if report.when == "call" or (report.when == "setup" and not report.passed):
-            text = "" if report.passed else report.longreprtext
+            text = "" if report.passed else report.longreprtext[-REPORT_CHARS:]
             kernel = getattr(item.parent, "kernel", None)
             self.cells.append(
                 {

@@ -6,13 +6,18 @@ The process inside sees a minimal read-only root and nothing else of the host:
   environment's packages, and the course's library, with ``addnorm_lib/reference`` replaced by an
   empty folder. The rest of the course (solutions, tests, the book, reports) is simply absent;
 - its own ``/proc``, a minimal ``/dev``, private ``/tmp`` and ``/dev/shm``;
-- one writable folder, its home and working folder, shared with the grader (the graded notebook
-  and the kernel's IPC sockets live there).
+- its home and working folder, an empty tmpfs of capped size, seen by no other process;
+- one folder shared with the grader, the *exchange*: the kernel's connection file and IPC
+  sockets, and the checks' records. Nothing else of the grader's (the graded notebook with its
+  hidden tests, the reports, the grader's own sockets) is in it.
+
+Its environment is only what the grader gives it (``--clearenv``): no variable of the
+instructor's session reaches it.
 
 It runs as the unprivileged user ``nobody`` (65534) with no capabilities and ``no_new_privs``
 (bubblewrap always sets it), in new user, PID, IPC, UTS, cgroup and network namespaces (no
-network at all: kernels talk to their client over IPC sockets in the shared folder), in a new
-terminal session, and dies with its parent.
+network at all: kernels talk to their client over IPC sockets in the exchange), in a new
+terminal session, may not create further user namespaces, and dies with its parent.
 
 This module builds the command line (:func:`bubblewrap_argv`) and probes whether it works here
 (:func:`bubblewrap_problem`).
@@ -33,22 +38,49 @@ NOBODY = 65534
 USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
+HOME_MB = 256  # the size of a sandboxed process's home
+
+
 @dataclass(frozen=True)
 class Whitelist:
-    """What a sandboxed process may see: read-only folders, folders blanked inside them, a home."""
+    """What a sandboxed process may see: read-only folders, folders blanked inside them, its
+    home (an empty tmpfs of ``home_mb`` MiB) and the one folder it shares with the grader."""
 
     read_only: tuple[Path, ...]
     hidden: tuple[Path, ...]
     home: Path
+    exchange: Path
+    home_mb: int = HOME_MB
 
 
-def course_whitelist(home: Path) -> Whitelist:
+def course_whitelist(home: Path, exchange: Path, home_mb: int = HOME_MB) -> Whitelist:
     """The folders a graded kernel needs: Python, the environment and the library, minus the
-    reference; ``home`` is its one writable folder."""
+    reference; ``home`` and ``exchange`` as in :class:`Whitelist`."""
     library = COURSE_ROOT / "addnorm_lib"
-    python = (Path(sys.base_prefix), Path(sys.prefix))
-    read_only = tuple(dict.fromkeys(path.resolve() for path in (*python, library)))
-    return Whitelist(read_only, (library / "reference",), Path(home).resolve())
+    python = (Path(sys.base_prefix), Path(sys.prefix), *package_folders())
+    read_only = outermost([path.resolve() for path in (*python, library)])
+    hidden = (library / "reference",)
+    return Whitelist(read_only, hidden, Path(home).absolute(), Path(exchange).resolve(), home_mb)
+
+
+def outermost(paths: list[Path]) -> tuple[Path, ...]:
+    """``paths`` without those inside another one of them (binding those again adds nothing)."""
+    return tuple(
+        path
+        for path in dict.fromkeys(paths)
+        if not any(path != other and path.is_relative_to(other) for other in paths)
+    )
+
+
+def package_folders(search_path: list[str] | None = None) -> list[Path]:
+    """The folders of installed packages on this Python's path (site-packages and dist-packages,
+    wherever a ``.pth`` file put them); never the course's own folder, which holds the answers."""
+    folders = []
+    for entry in sys.path if search_path is None else search_path:
+        path = Path(entry) if entry else None
+        if path and path.name in ("site-packages", "dist-packages") and path.is_dir():
+            folders.append(path)
+    return folders
 
 
 def usr_links(root: Path = Path("/")) -> list[list[str]]:
@@ -61,14 +93,21 @@ def usr_links(root: Path = Path("/")) -> list[list[str]]:
     return links
 
 
-def bubblewrap_argv(whitelist: Whitelist, command: list[str], uid: int = NOBODY) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` inside ``whitelist``.
+def bubblewrap_argv(
+    whitelist: Whitelist, command: list[str], env: dict[str, str], uid: int = NOBODY
+) -> list[str]:
+    """The ``bwrap`` command line that runs ``command`` inside ``whitelist`` with only ``env``.
 
     Order matters to bubblewrap: a hidden folder's empty tmpfs comes after the read-only bind of
-    the folder that contains it, and the home's bind after everything it may sit under.
+    the folder that contains it, and the home and the exchange after everything they may sit
+    under.
     """
-    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    argv += ["--uid", str(uid), "--gid", str(uid), "--ro-bind", "/usr", "/usr"]
+    argv = ["bwrap", "--unshare-user", "--unshare-all", "--disable-userns", "--die-with-parent"]
+    argv += ["--new-session", "--cap-drop", "ALL", "--uid", str(uid), "--gid", str(uid)]
+    argv += ["--clearenv"]
+    for name, value in env.items():
+        argv += ["--setenv", name, value]
+    argv += ["--ro-bind", "/usr", "/usr"]
     for link in usr_links():
         argv += link
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
@@ -76,8 +115,10 @@ def bubblewrap_argv(whitelist: Whitelist, command: list[str], uid: int = NOBODY)
         argv += ["--ro-bind", str(path), str(path)]
     for path in whitelist.hidden:
         argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
-    home = str(whitelist.home)
-    argv += ["--bind", home, home, "--chdir", home, "--setenv", "HOME", home]
+    home, exchange = str(whitelist.home), str(whitelist.exchange)
+    argv += ["--bind", exchange, exchange]
+    argv += ["--size", str(whitelist.home_mb * 2**20), "--tmpfs", home, "--chdir", home]
+    argv += ["--setenv", "HOME", home]
     return [*argv, "--", *command]
 
 
@@ -86,8 +127,10 @@ def bubblewrap_problem() -> str | None:
     """Why bubblewrap cannot build the sandbox here, or None when it can (probed once)."""
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (Debian: apt-get install bubblewrap)"
-    with tempfile.TemporaryDirectory(prefix="addnorm-bwrap-probe-") as home:
-        probe = bubblewrap_argv(course_whitelist(Path(home)), [sys.executable, "-c", "pass"])
+    with tempfile.TemporaryDirectory(prefix="addnorm-bwrap-probe-") as folder:
+        whitelist = course_whitelist(Path(folder) / "home", Path(folder) / "exchange")
+        whitelist.exchange.mkdir()
+        probe = bubblewrap_argv(whitelist, [sys.executable, "-c", "pass"], {})
         try:
             completed = subprocess.run(probe, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as err:

@@ -1,9 +1,11 @@
 """Running a graded notebook: ``pytest --nbval-lax`` in a process and folder of its own.
 
 The notebook runs in a sandboxed kernel (:mod:`~addnorm_lib.grading.sandbox`) with a per-cell
-timeout, under a per-notebook wall-clock limit. The grader's nbval plugin
-(``_nbval_grades``) writes one record per cell where the kernel cannot reach it; the checks
-called by the test cells write their observations into the kernel's ``observations`` folder.
+timeout, under a per-notebook wall-clock limit. The graded notebook (hidden tests included) stays
+in the submission's private folder, which the kernel cannot see. The grader's nbval plugin
+(``_nbval_grades``) starts the kernel over IPC sockets in the exchange folder, caps what it
+prints, and writes one record per cell in the private folder; the checks called by the test
+cells write their observations into the exchange's ``observations`` folder.
 Nothing here decides points: that is :mod:`~addnorm_lib.grading.judge`'s work.
 """
 
@@ -16,12 +18,9 @@ from pathlib import Path
 
 import nbformat
 
-from addnorm_lib.checks import _record as record
 from addnorm_lib.grading._pytest_runner import kill_marked, run_pytest, start_fork_server
-from addnorm_lib.grading.sandbox import Sandbox
+from addnorm_lib.grading.sandbox import RUN_MARKER, Sandbox, SubmissionFolders
 from addnorm_lib.grading.settings import Settings
-
-RUN_MARKER = "ADDNORM_SUBMISSION"  # in the environment of every process of one submission
 
 
 @dataclass(frozen=True)
@@ -38,97 +37,55 @@ def start_pytest_server() -> None:
     start_fork_server()
 
 
-@dataclass(frozen=True)
-class Folders:
-    """The folders of one submission's run, all under its ``workdir``."""
-
-    workdir: Path
-
-    @property
-    def private(self) -> Path:
-        """The grader's files (kernelspec, pytest.ini, cell records): out of the kernel's reach."""
-        return self.workdir / "private"
-
-    @property
-    def home(self) -> Path:
-        """The kernel's working folder and home: the graded notebook and what the kernel writes."""
-        return self.workdir / "sandbox"
-
-    @property
-    def observations(self) -> Path:
-        """Where the checks record what the student's code did."""
-        return self.home / "observations"
-
-    @property
-    def records(self) -> Path:
-        """Where the nbval plugin writes its cell records."""
-        return self.private / "grades.json"
-
-    def make(self) -> None:
-        """Create the folders, and an empty pytest configuration."""
-        self.private.mkdir(mode=0o700)
-        for folder in (self.observations, self.home / "runtime"):  # runtime: connection file
-            folder.mkdir(parents=True)
-        (self.private / "pytest.ini").write_text("[pytest]\n")
-
-
-def pytest_environment(sandbox: Sandbox, settings: Settings, folders: Folders) -> dict:
-    """The environment of the pytest run and of its kernel."""
-    env = sandbox.kernel_environment()
-    home = folders.home
-    env.update(
-        {
-            "JUPYTER_PATH": str(folders.private),  # where the kernelspec is
-            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-            "HOME": str(home),
-            "IPYTHONDIR": str(home / ".ipython"),
-            "MPLCONFIGDIR": str(home / ".matplotlib"),
-            "MPLBACKEND": "Agg",
-            record.OBSERVATIONS_ENV: str(folders.observations),
-            "ADDNORM_MEMORY_MB": str(settings.memory_mb),
-            "ADDNORM_FILE_MB": str(settings.file_mb),
-            # finds this submission's processes, to clean up after it
-            RUN_MARKER: str(folders.workdir),
-            # only nbval and ours: faster, and nothing else
-            "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        }
-    )
-    return env
-
-
-def pytest_arguments(notebook: Path, folders: Folders, kernel: str, cell_timeout: float) -> list:
-    """pytest's command line: nbval on the notebook, in the given kernel, with our recorder."""
+def pytest_arguments(
+    notebook: Path, folders: SubmissionFolders, kernel: str, settings: Settings
+) -> list:
+    """pytest's command line: nbval on the notebook, in the given kernel, with our recorder
+    (which also starts the kernel over IPC sockets in the exchange, and caps its output)."""
     private = folders.private
     return [
         str(notebook),
         *("-c", str(private / "pytest.ini")),
         *("-p", "nbval.plugin", "--nbval-lax", f"--nbval-kernel-name={kernel}"),
-        f"--nbval-cell-timeout={cell_timeout}",
-        *("-p", "addnorm_lib.grading._nbval_grades", f"--addnorm-grades={folders.records}"),
+        f"--nbval-cell-timeout={settings.cell_timeout}",
+        *("-p", "addnorm_lib.grading._nbval_grades", f"--addnorm-grades={records_path(folders)}"),
+        f"--addnorm-exchange={folders.exchange}",
+        f"--addnorm-home={folders.home}",
+        f"--addnorm-output-mb={settings.output_mb}",
         *("-p", "no:cacheprovider", "-q", "--color=no", f"--rootdir={private}"),
     ]
 
 
+def records_path(folders: SubmissionFolders) -> Path:
+    """Where the nbval plugin writes its cell records (out of the kernel's reach)."""
+    return folders.private / "grades.json"
+
+
+RECORDS_LIMIT = 64 * 2**20  # the plugin caps each report; more than this is not a record of ours
+
+
 def read_records(path: Path) -> list[dict] | None:
-    """The cell records the nbval plugin wrote, or None if it wrote none."""
-    return json.loads(path.read_text())["cells"] if path.exists() else None
+    """The cell records the nbval plugin wrote, or None if it wrote none (or too much)."""
+    if not path.exists() or path.stat().st_size > RECORDS_LIMIT:
+        return None
+    return json.loads(path.read_text())["cells"]
 
 
 def run_graded(graded, workdir: Path, sandbox: Sandbox, settings: Settings) -> Execution:
     """Execute a graded notebook under nbval in ``workdir``; what it left for the judge."""
-    folders = Folders(workdir)
+    folders = SubmissionFolders(workdir)
     folders.make()
-    kernel = sandbox.install_kernelspec(folders.private)
-    notebook = folders.home / "graded.ipynb"
+    notebook = folders.private / "graded.ipynb"
     nbformat.write(graded, notebook)
-    env = pytest_environment(sandbox, settings, folders)
-    arguments = pytest_arguments(notebook, folders, kernel, settings.cell_timeout)
-    mounts = sandbox.hiding_mounts()
-    exit_code = run_pytest(arguments, folders.private, env, mounts, settings.notebook_timeout)
-    kill_marked(RUN_MARKER, str(workdir))
+    (folders.private / "pytest.ini").write_text("[pytest]\n")
+    with sandbox.kernel(folders) as kernel:
+        env = sandbox.pytest_environment(folders)
+        arguments = pytest_arguments(notebook, folders, kernel, settings)
+        exit_code = run_pytest(arguments, folders.private, env, settings.notebook_timeout)
+        kill_marked(RUN_MARKER, str(workdir))
     if exit_code is None:  # killed at the wall-clock limit
         return Execution(None, True, folders.observations)
-    return Execution(read_records(folders.records), False, folders.observations)
+    return Execution(read_records(records_path(folders)), False, folders.observations)
 
 
 @contextlib.contextmanager

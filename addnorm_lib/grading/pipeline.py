@@ -19,10 +19,11 @@ submission goes through the stages, one module each:
    tests, metadata and points, with only the student's answer cells (matched by ``grade_id``,
    else by cell id) put in. Nothing the student wrote outside answer cells runs;
 3. :mod:`~.execute` runs it with ``pytest --nbval-lax`` in its own process and temporary folder,
-   in a kernel that :mod:`~.sandbox` isolates: a memory cap, a per-cell timeout and a
-   per-notebook wall-clock limit and, where Linux namespaces work, a jail (mount, user and PID
-   namespaces) where the reference solutions do not exist. When grading several notebooks,
-   kernels are forked, already warm, from a process that has imported numpy and torch once;
+   in a kernel that :mod:`~.sandbox` confines: a bubblewrap whitelist sandbox (no network, no
+   host files, sockets or processes, no references), a cgroup for all its processes where the
+   machine allows one, a memory cap, a per-cell timeout, a per-notebook wall-clock limit and a
+   cap on what it prints. When grading several notebooks, kernels are forked, already warm,
+   from a process that has imported numpy and torch once, into each submission's sandbox;
 4. :mod:`~.judge` decides the points outside the kernel: the checks in a test cell only *record*
    what the student's code returned, and this process *judges* the records. Code in the notebook
    can make a test cell fail, but cannot make it pass;
@@ -39,7 +40,6 @@ could not run.
 
 import hashlib
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -90,10 +90,7 @@ def grade_one(path: Path, source: Path = DEFAULT_SOURCE, **options) -> Grade:
     """
     path, settings = Path(path), Settings(Path(source), **options)
     assignments = assemble.load_assignments(settings.source)
-    with (
-        tempfile.TemporaryDirectory(prefix="addnorm-reports-") as outdir,
-        sandbox.open_sandbox(settings, Path(outdir), warm=False) as box,
-    ):
+    with sandbox.open_sandbox(settings) as box:
         return grade_submission(path.name, path, assignments, settings, box)
 
 
@@ -118,16 +115,14 @@ def unchanged_grades(
     return kept
 
 
-def grade_all(todo, assignments: dict, settings: Settings, outdir: Path, grades: dict) -> int:
-    """Grade the submissions of ``todo``, ``settings.jobs`` at a time, into ``grades``.
+def grade_all(todo, assignments: dict, box: sandbox.Sandbox, outdir: Path, grades: dict) -> None:
+    """Grade the submissions of ``todo``, ``jobs`` at a time, into ``grades``.
 
-    Each grade is reported as soon as it is known. Returns how many kernels were forked warm.
+    Each grade is reported as soon as it is known.
     """
-    execute.start_pytest_server()  # now, so that its imports run while the zygote's do
-    with (
-        sandbox.open_sandbox(settings, outdir, warm=len(todo) > 1) as box,
-        ThreadPoolExecutor(max_workers=settings.jobs) as pool,
-    ):
+    settings = box.settings
+    execute.start_pytest_server()
+    with ThreadPoolExecutor(max_workers=settings.jobs) as pool:
         futures = [
             pool.submit(grade_submission, submission_id, path, assignments, settings, box)
             for submission_id, path in todo
@@ -136,9 +131,8 @@ def grade_all(todo, assignments: dict, settings: Settings, outdir: Path, grades:
             grade = future.result()
             grades[grade.submission] = grade
             report.save_grade(outdir, grade)
-            report.write_reports(outdir, list(grades.values()), assignments, box.isolated)
+            report.write_reports(outdir, list(grades.values()), assignments, box.describe())
             report.progress(done, len(todo), grade)
-    return box.warm_kernels_forked
 
 
 def warn(message: str) -> None:
@@ -165,10 +159,12 @@ def load_assignments_for(paths: list[Path], settings: Settings) -> dict | None:
 
 
 UNPROTECTED = (
-    "the grader cannot build its sandbox here (no Linux namespaces for this user), so other "
-    "people's notebooks could read the references and tamper with the reports. Run it as root, or "
-    "enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1), or, to "
-    "grade anyway, add --no-sandbox. One notebook of your own grades without it."
+    "the grader cannot build its sandbox here ({problem}), so other people's notebooks could "
+    "read the references, reach the network and tamper with the reports. Install bubblewrap "
+    "(Debian/Ubuntu: apt-get install bubblewrap) and allow unprivileged user namespaces "
+    "(sysctl kernel.unprivileged_userns_clone=1; on Ubuntu 24.04 also "
+    "kernel.apparmor_restrict_unprivileged_userns=0), or grade in a disposable virtual machine "
+    "with --no-sandbox. One notebook of your own grades without it."
 )
 
 
@@ -182,19 +178,23 @@ def main(argv: list[str] | None = None) -> int:
     submissions = discover.discover(paths)
     if not submissions:
         warn("no notebooks found in " + ", ".join(map(str, paths)))
-    isolated = bool(sandbox.isolation())
-    if not isolated and len(submissions) > 1 and not settings.no_sandbox:
-        fail(UNPROTECTED)
+    problem = sandbox.sandbox_problem(settings)
+    if problem and len(submissions) > 1 and not settings.no_sandbox:
+        fail(UNPROTECTED.format(problem=problem))
         return 2
-    if not isolated:
-        warn("no sandbox here: graded kernels can read the course's files, references included")
-
     grades = unchanged_grades(outdir, submissions, settings) if settings.resume else {}
     todo = [submission for submission in submissions if submission[0] not in grades]
-    report.write_reports(outdir, list(grades.values()), assignments, isolated)
-    warm_kernels = grade_all(todo, assignments, settings, outdir, grades)
+    with sandbox.open_sandbox(settings, warm=len(todo) > 1) as box:
+        if problem:
+            warn(
+                f"no sandbox ({problem}): kernels can read the course's files, references included"
+            )
+        elif box.group_problem:
+            warn(f"no group limits ({box.group_problem}): each kernel process has its own limits")
+        report.write_reports(outdir, list(grades.values()), assignments, box.describe())
+        grade_all(todo, assignments, box, outdir, grades)
     if len(submissions) == 1:
         print(report.points_table(next(iter(grades.values()))))
     else:
-        print(report.summary(list(grades.values()), warm_kernels, outdir))
+        print(report.summary(list(grades.values()), box.warm_kernels_forked, outdir))
     return 0

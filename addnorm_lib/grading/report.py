@@ -91,14 +91,16 @@ def grades_csv(grades: list[Grade], assignments: dict) -> str:
     return buffer.getvalue()
 
 
-def write_reports(outdir: Path, grades: list[Grade], assignments: dict, isolated: bool) -> None:
+def write_reports(outdir: Path, grades: list[Grade], assignments: dict, confinement: dict) -> None:
     """grades.csv and grades.json from all grades so far (rewritten atomically).
 
-    ``isolated`` says whether kernels ran in a jail; grades.json keeps it.
+    ``confinement`` says how kernels were confined (``Sandbox.describe()``: the sandbox and the
+    group limits, or why not); grades.json keeps it, with ``isolated`` for short.
     """
     ordered = sorted(grades, key=lambda grade: grade.submission)
     atomic_write(outdir / "grades.csv", grades_csv(ordered, assignments))
-    data = {"isolated": isolated, "grades": [grade.to_dict() for grade in ordered]}
+    isolated = confinement.get("sandbox") == "bubblewrap"
+    data = {"isolated": isolated, **confinement, "grades": [g.to_dict() for g in ordered]}
     atomic_write(outdir / "grades.json", json.dumps(data, indent=1))
 
 

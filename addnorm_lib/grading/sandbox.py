@@ -1,173 +1,238 @@
-"""Isolating graded kernels: what they may not see, how they start, and the warm kernels.
+"""Where graded kernels run: one bubblewrap sandbox and one cgroup per submission.
 
-The rest of the grader sees one small interface: :func:`open_sandbox` gives a :class:`Sandbox` for
-a grading run, which installs the kernelspec of graded kernels, gives their environment, and the
-mounts that hide the references from the pytest process that drives them.
+The rest of the grader sees one small interface: :func:`open_sandbox` gives a :class:`Sandbox`
+for a grading run, and :meth:`Sandbox.kernel` gives one submission's kernel: it writes the
+kernelspec that starts the kernel inside the sandbox, and makes the submission's cgroup.
 
-Behind it, where Linux namespaces work (:func:`isolation`), each kernel runs in a jail: a mount,
-user and PID namespace of its own, in which the reference solutions, the tests, the instructor's
-notebooks and every report are hidden under empty tmpfs mounts, the course and Python are
-read-only, and the grading processes are invisible. When a run grades several notebooks, kernels
-are forks of a zygote that has imported numpy and torch once (``_warm_kernels``). Where namespaces
-do not work, kernels run with their resource limits only, and the grader says so.
+Each kernel runs in a whitelist sandbox built by bubblewrap (:mod:`~.bubblewrap`): an
+unprivileged user with no capabilities, no network, no view of the host's processes, files or
+sockets; Python, the environment and the library without its reference folder, read-only; an
+empty home of capped size; and the *exchange* folder it shares with the grader (its connection
+file and IPC sockets, the checks' records). The graded notebook, the grader's records, sockets
+and reports stay in the submission's *private* folder, which the kernel cannot see.
+
+Its processes together are capped by a cgroup (:mod:`~.cgroups`) where the machine allows one:
+memory, process count and CPU share. Every process still has its own limits
+(``_graded_kernel``): address space, file size.
+
+Where bubblewrap cannot build the sandbox (or with ``--no-sandbox``), kernels run with those
+limits only, and the grader says so: it refuses to grade other people's notebooks that way
+unless told to (see :mod:`~.pipeline`).
 """
 
 import contextlib
 import json
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
-from addnorm_lib.grading import _warm_kernels
+from addnorm_lib.checks import _record as record
+from addnorm_lib.grading import _launch, _warm_kernels, bubblewrap, cgroups
 from addnorm_lib.grading._pytest_runner import THREAD_VARIABLES, short_temp_base, single_threaded
 from addnorm_lib.grading.settings import COURSE_ROOT, Settings
 
 KERNEL_NAME = "addnorm-graded"
+KERNEL_COMMAND = [sys.executable, "-m", "addnorm_lib.grading._graded_kernel"]
+WARM_SCRIPT = [sys.executable, "-I", "-S", _warm_kernels.__file__]
 ZYGOTE_SOCKET = "zygote.sock"
-JAIL = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--kill-child", "--mount-proc"]
-# The exercises' answers, in effect: hidden from graded kernels as one folder, so that a new
-# reference module is hidden without anyone listing it.
-REFERENCE = COURSE_ROOT / "addnorm_lib" / "reference"
-HIDDEN_COURSE_FOLDERS = ("solutions", "tests", "book", "_build", ".git", "benchmarks")
+# What the zygote must not have imported (it checks): the answers, and the rest of the course.
+HIDDEN_FROM_KERNELS = ("addnorm_lib/reference", "solutions", "tests", "book", "benchmarks")
+MAX_PROCESSES = 64  # per submission: a kernel and the odd helper, never a fork bomb
+RUN_MARKER = "ADDNORM_SUBMISSION"  # in the environment of an unsandboxed submission's processes
 
 
-@cache
-def isolation() -> list[str]:
-    """The unshare prefix of a private mount namespace, or [] if the whole jail cannot be built.
+@dataclass(frozen=True)
+class SubmissionFolders:
+    """The folders of one submission's run, all under its ``workdir``."""
 
-    Probed once with everything the kernel's jail needs (a tmpfs mount, then nested user and PID
-    namespaces), so that a machine that allows only part of it grades without a jail (and says
-    so) instead of failing every kernel.
-    """
-    prefix = ["unshare", "--mount", "--propagation", "private"]
-    if os.getuid() != 0:
-        prefix = ["unshare", "--map-root-user", "--mount", "--propagation", "private"]
-    probe = f"mount -t tmpfs -o size=1m none /dev/shm && exec {shlex.join(JAIL)} -- true"
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        command = [*prefix, "--", "sh", "-c", probe]
-        completed = subprocess.run(command, capture_output=True, timeout=10, check=False)
-        if completed.returncode == 0:
-            return prefix
-    return []
+    workdir: Path
 
+    @property
+    def private(self) -> Path:
+        """The grader's: the graded notebook, kernelspec, pytest.ini, cell records."""
+        return self.workdir / "private"
 
-def hidden_paths(settings: Settings, outdir: Path) -> tuple[list[Path], list[Path]]:
-    """Folders and files the graded kernel must not see: references, solutions, other grades."""
-    folders = [COURSE_ROOT / name for name in HIDDEN_COURSE_FOLDERS] + [REFERENCE]
-    folders += [COURSE_ROOT / "addnorm_lib" / "__pycache__", settings.source.resolve(), outdir]
-    return [p for p in dict.fromkeys(folders) if p.is_dir()], []
+    @property
+    def exchange(self) -> Path:
+        """Shared with the kernel: its connection file and sockets, the checks' records."""
+        return self.workdir / "exchange"
 
+    @property
+    def home(self) -> Path:
+        """The kernel's home and working folder (in the sandbox, a tmpfs at this path)."""
+        return self.workdir / "home"
 
-def hiding_mounts(settings: Settings, outdir: Path) -> list[list[str]]:
-    """mount commands that hide the references and the reports (empty when no namespace works)."""
-    if not isolation():
-        return []
-    folders, files = hidden_paths(settings, outdir)
-    hide_folders = [["mount", "-t", "tmpfs", "-o", "size=1m", "none", str(p)] for p in folders]
-    return hide_folders + [["mount", "--bind", "/dev/null", str(p)] for p in files]
+    @property
+    def observations(self) -> Path:
+        """Where the checks record what the student's code did."""
+        return self.exchange / "observations"
+
+    def make(self) -> None:
+        """Create the folders: the private one for the grader alone."""
+        self.private.mkdir(mode=0o700)
+        self.observations.mkdir(parents=True)
+        self.home.mkdir()
 
 
-def jail_steps(run_folder: Path) -> list[str]:
-    """The shell steps that build the jail around the kernel's working folder, then exec it.
-
-    The folder of this run (every submission's files and the grader's private results) is
-    hidden, then the kernel's own folder (its working directory) is mounted back at its path,
-    staged through a private tmpfs on /dev/shm; the course and Python are made read-only.
-    """
-    own, stage = '"$own"', "/dev/shm/own"
-    steps = [
-        'own="$PWD"',
-        "mount -t tmpfs -o size=64m none /dev/shm",
-        f"mkdir {stage}",
-        f"mount --bind {own} {stage}",
-        f"mount -t tmpfs -o size=1m none {shlex.quote(str(run_folder))}",
-        f"mkdir -p {own}",
-        f"mount --bind {stage} {own}",
-        f"umount {stage}",
-        f"cd {own}",
-    ]
-    for path in dict.fromkeys([COURSE_ROOT, Path(sys.prefix), Path(sys.base_prefix)]):
-        quoted = shlex.quote(str(path))
-        steps += [f"mount --rbind {quoted} {quoted}", f"mount -o remount,bind,ro {quoted}"]
-    return [*steps, 'exec "$@"']
-
-
-def kernel_argv(run_folder: Path) -> list[str]:
-    """How the graded kernel starts: limits, and, where namespaces work, a jail.
-
-    The jail (a mount, user and PID namespace of its own, see :func:`jail_steps`): the grading
-    processes are invisible, and the hiding mounts cannot be undone from inside.
-
-    When the run has a zygote (``warm_kernels``), the jail's kernel is a fork of it, with numpy
-    and torch already imported; otherwise a fresh ``_graded_kernel`` process.
-    """
-    kernel = [sys.executable, "-m", "addnorm_lib.grading._graded_kernel"]
-    connection = ["-f", "{connection_file}"]
-    if not isolation():
-        return [*kernel, *connection]
-    zygote = run_folder / ZYGOTE_SOCKET
-    warm_script = [sys.executable, "-I", "-S", _warm_kernels.__file__]
-    if zygote.exists():
-        kernel = [*warm_script, "standin", _warm_kernels.FD_PLACEHOLDER]
-    build_jail = ["sh", "-c", " && ".join(jail_steps(run_folder)), "sh"]
-    jailed = [*isolation(), "--", *build_jail, *JAIL, "--", *kernel, *connection]
-    if zygote.exists():
-        return [*warm_script, "launch", str(zygote), "--", *jailed]
-    return jailed
-
-
-def kernel_environment(settings: Settings) -> dict:
-    """The environment graded kernels start from: the grader's, minus its own settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "ADDNORM"))}
+def kernel_environment(settings: Settings, folders: SubmissionFolders) -> dict[str, str]:
+    """Every variable a graded kernel gets (in the sandbox, nothing else)."""
+    home = folders.home
     threads = str(max(1, (os.cpu_count() or 1) // settings.jobs))  # jobs kernels share the cores
-    env.update(dict.fromkeys(THREAD_VARIABLES, threads))
-    return env
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "HOME": str(home),
+        "IPYTHONDIR": str(home / ".ipython"),
+        "MPLCONFIGDIR": str(home / ".matplotlib"),
+        "MPLBACKEND": "Agg",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        record.OBSERVATIONS_ENV: str(folders.observations),
+        "ADDNORM_MEMORY_MB": str(settings.memory_mb),
+        "ADDNORM_FILE_MB": str(settings.file_mb),
+        **dict.fromkeys(THREAD_VARIABLES, threads),
+    }
 
 
-def write_kernelspec(folder: Path, run_folder: Path) -> None:
-    """The graded kernel's kernelspec, ``KERNEL_NAME``, in ``folder/kernels``."""
+def group_limits(settings: Settings) -> cgroups.GroupLimits:
+    """One submission's group limits: the kernel's memory cap for all its processes together
+    (its home's tmpfs included), ``MAX_PROCESSES``, and one core's share of the machine."""
+    cpus = max(1.0, (os.cpu_count() or 1) / settings.jobs)
+    return cgroups.GroupLimits(settings.memory_mb * 2**20, MAX_PROCESSES, cpus)
+
+
+def sandboxed_argv(
+    settings: Settings, folders: SubmissionFolders, procs: list[Path], zygote: Path | None = None
+) -> list:
+    """The kernelspec's command line: join the cgroup (if any), then the kernel in bubblewrap.
+
+    With a ``zygote`` socket, the kernel in bubblewrap is a stand-in for a warm kernel forked
+    from the zygote (``_warm_kernels``), reached through a connection made outside.
+    """
+    whitelist = bubblewrap.course_whitelist(folders.home, folders.exchange)
+    env = kernel_environment(settings, folders)
+    kernel = KERNEL_COMMAND
+    if zygote is not None:
+        kernel = [*WARM_SCRIPT, "standin", _warm_kernels.FD_PLACEHOLDER]
+    argv = bubblewrap.bubblewrap_argv(whitelist, [*kernel, "-f", "{connection_file}"], env)
+    if procs:
+        argv = [sys.executable, "-I", "-S", _launch.__file__, *map(str, procs), "--", *argv]
+    if zygote is not None:
+        argv = [*WARM_SCRIPT, "launch", str(zygote), "--", *argv]
+    return argv
+
+
+def write_kernelspec(folder: Path, argv: list[str]) -> None:
+    """The graded kernel's kernelspec, ``KERNEL_NAME``, in ``folder/kernels``.
+
+    Interrupts go as messages: a signal would reach bubblewrap, outside the kernel's session,
+    and stop the sandbox instead of the cell.
+    """
     spec = folder / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True)
-    spec_data = {"argv": kernel_argv(run_folder), "display_name": "graded", "language": "python"}
+    spec_data = {"argv": argv, "display_name": "graded", "language": "python"}
+    spec_data["interrupt_mode"] = "message"
     (spec / "kernel.json").write_text(json.dumps(spec_data))
 
 
-def zygote_command(run_folder: Path, settings: Settings, outdir: Path) -> list[str]:
-    """The command line of this run's zygote; it is told what to hide, so as not to preload it."""
-    folders, files = hidden_paths(settings, outdir)
-    socket_path = str(run_folder / ZYGOTE_SOCKET)
-    serve = [sys.executable, "-m", "addnorm_lib.grading._warm_kernels", "serve", socket_path]
-    return [*serve, *map(str, folders + files)]
+@dataclass
+class Sandbox:
+    """Where one grading run's kernels run, as the executor sees it."""
+
+    settings: Settings
+    run_folder: Path  # each submission's folders are made in here
+    problem: str | None  # why kernels run without the sandbox; None when they run in it
+    group_problem: str | None  # why there are no group limits; None when there are
+    zygote: Path | None = None  # the socket of the zygote that warm kernels are forked from
+    warm_kernels_forked: int = 0  # set when the sandbox closes
+
+    @property
+    def isolated(self) -> bool:
+        """Whether kernels run in the sandbox, where the references and the host do not exist."""
+        return self.problem is None
+
+    def describe(self) -> dict:
+        """How kernels were confined, for grades.json and the summary."""
+        return {
+            "sandbox": "bubblewrap" if self.isolated else f"none: {self.problem}",
+            "group_limits": "cgroup"
+            if self.group_problem is None
+            else f"none: {self.group_problem}",
+        }
+
+    def pytest_environment(self, folders: SubmissionFolders) -> dict:
+        """The environment of the pytest run that drives the kernel (and of the kernel, when
+        it runs unsandboxed): the grader's, minus its own settings, plus the kernel's."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "ADDNORM"))}
+        env.update(kernel_environment(self.settings, folders))
+        env["JUPYTER_PATH"] = str(folders.private)  # where the kernelspec is
+        env["JUPYTER_RUNTIME_DIR"] = str(folders.exchange)
+        env[RUN_MARKER] = str(folders.workdir)  # finds an unsandboxed submission's processes
+        env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only nbval and ours: faster, nothing else
+        return env
+
+    @contextlib.contextmanager
+    def kernel(self, folders: SubmissionFolders) -> Iterator[str]:
+        """Install one submission's kernelspec (and make its cgroup); yields the kernel's name.
+
+        At exit the cgroup goes, with any process still in it.
+        """
+        cgroup = None
+        if self.isolated and self.group_problem is None:
+            layout = cgroups.find_layout()
+            cgroup = cgroups.create_cgroup(layout, group_limits(self.settings))
+        try:
+            if self.isolated:
+                procs = cgroup.procs_files if cgroup else []
+                argv = sandboxed_argv(self.settings, folders, procs, self.zygote)
+            else:
+                argv = [*KERNEL_COMMAND, "-f", "{connection_file}"]
+            write_kernelspec(folders.private, argv)
+            yield KERNEL_NAME
+        finally:
+            if cgroup is not None:
+                cgroup.remove()
+
+
+def sandbox_problem(settings: Settings) -> str | None:
+    """Why this run's kernels will not be sandboxed, or None."""
+    if settings.no_sandbox:
+        return "--no-sandbox was given"
+    return bubblewrap.bubblewrap_problem()
+
+
+def zygote_environment() -> dict[str, str]:
+    """The zygote's environment: nothing of the grader's (a kernel could read what its zygote
+    started with in its own memory), one-thread math libraries, quiet about debugpy."""
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "LANG": "C.UTF-8"}
+    return single_threaded({**env, "PYDEVD_DISABLE_FILE_VALIDATION": "1", "MPLBACKEND": "Agg"})
 
 
 @contextlib.contextmanager
-def warm_kernels(run_folder: Path, settings: Settings, outdir: Path):
-    """Run a zygote for this grading run; yields a dict of its ``pid`` and, at exit, ``forked``.
-
-    Kernels started while it runs are forks of it (see ``_warm_kernels``). If it cannot start,
-    kernels start cold, as they do without it.
-    """
-    stats = {"forked": 0}
-    # Single-threaded, as forks that enter a user namespace must be; quiet about debugpy's import.
-    env = {**single_threaded(kernel_environment(settings)), "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+def warm_kernels(run_folder: Path, settings: Settings) -> Iterator[dict]:
+    """Run a zygote for this grading run; yields a dict of its ``socket`` (None if it did not
+    start) and, at exit, ``forked``. Kernels started while it runs are forks of it."""
+    stats = {"forked": 0, "socket": None}
+    socket_path = run_folder / ZYGOTE_SOCKET
+    hidden = [str(COURSE_ROOT / name) for name in HIDDEN_FROM_KERNELS]
+    hidden.append(str(settings.source.resolve()))
+    serve = [sys.executable, "-m", "addnorm_lib.grading._warm_kernels", "serve", str(socket_path)]
     process = subprocess.Popen(
-        zygote_command(run_folder, settings, outdir),
+        [*serve, *hidden],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env=env,
+        env=zygote_environment(),
         cwd=run_folder,
         text=True,
         start_new_session=True,
     )
-    stats["pid"] = process.pid
     try:
-        if process.stdout.readline().strip() != "ready":
+        if process.stdout.readline().strip() == "ready":
+            stats["socket"] = socket_path
+        else:
             print("warning: warm kernels unavailable; starting each kernel afresh", file=sys.stderr)
         yield stats
     finally:
@@ -179,50 +244,34 @@ def warm_kernels(run_folder: Path, settings: Settings, outdir: Path):
             process.wait()
 
 
-def run_folder_context() -> tempfile.TemporaryDirectory:
-    """The grading run's private folder; short, because the zygote's socket lives in it."""
-    return tempfile.TemporaryDirectory(prefix="addnorm-grading-", dir=short_temp_base())
+SHARED_MEMORY = Path("/dev/shm")
 
 
-@dataclass
-class Sandbox:
-    """Where one grading run's kernels run, as the executor sees it."""
-
-    settings: Settings
-    outdir: Path  # the reports: hidden from kernels too
-    run_folder: Path  # each submission's working folder is made in here
-    warm_kernels_forked: int = 0  # set when the sandbox closes
-
-    @property
-    def isolated(self) -> bool:
-        """Whether kernels run in a jail, where the references do not exist."""
-        return bool(isolation())
-
-    def install_kernelspec(self, folder: Path) -> str:
-        """Write the graded kernel's kernelspec under ``folder``; return the kernel's name."""
-        write_kernelspec(folder, self.run_folder)
-        return KERNEL_NAME
-
-    def kernel_environment(self) -> dict:
-        """The environment a graded kernel starts from."""
-        return kernel_environment(self.settings)
-
-    def hiding_mounts(self) -> list[list[str]]:
-        """mount commands the process that drives a kernel runs first, in a namespace of its own."""
-        return hiding_mounts(self.settings, self.outdir)
+def run_folder_base() -> str | None:
+    """Where grading runs make their folder: in memory (/dev/shm) where it can, so that what a
+    kernel writes into its exchange counts against its cgroup's memory cap like its home does
+    (a file on disk would not); else a short folder (sockets live in it); else TMPDIR."""
+    if SHARED_MEMORY.is_dir() and os.access(SHARED_MEMORY, os.W_OK | os.X_OK):
+        return str(SHARED_MEMORY)
+    return short_temp_base()
 
 
 @contextlib.contextmanager
-def open_sandbox(settings: Settings, outdir: Path, warm: bool) -> Iterator[Sandbox]:
-    """A sandbox for one grading run; with ``warm``, kernels are forked from a warm zygote.
+def open_sandbox(settings: Settings, warm: bool = False) -> Iterator[Sandbox]:
+    """A sandbox for one grading run, in a private, short-named folder (sockets live in it).
 
-    A zygote needs the jail, and pays for itself from the second kernel on.
+    With ``warm`` (and the sandbox), kernels are forked from a zygote, which pays for itself
+    from the second kernel on.
     """
-    with run_folder_context() as folder:
-        sandbox = Sandbox(settings, outdir, Path(folder))
-        if not (warm and sandbox.isolated):
-            yield sandbox
+    problem = sandbox_problem(settings)
+    group_problem = cgroups.cgroup_problem() if problem is None else "no sandbox"
+    with tempfile.TemporaryDirectory(prefix="addnorm-grading-", dir=run_folder_base()) as folder:
+        os.chmod(folder, 0o700)
+        box = Sandbox(settings, Path(folder), problem, group_problem)
+        if not (warm and box.isolated):
+            yield box
             return
-        with warm_kernels(sandbox.run_folder, settings, outdir) as stats:
-            yield sandbox
-        sandbox.warm_kernels_forked = stats["forked"]
+        with warm_kernels(box.run_folder, settings) as stats:
+            box.zygote = stats["socket"]
+            yield box
+        box.warm_kernels_forked = stats["forked"]

@@ -33,12 +33,18 @@ class Settings:
     memory_mb: int = field(default=2048, metadata=flag("memory cap of each kernel, in MiB"))
     file_mb: int = field(default=64, metadata=flag("largest file a kernel may write, in MiB"))
     notebook_mb: int = field(default=16, metadata=flag("largest notebook file read, in MiB"))
+    output_mb: int = field(
+        default=32, metadata=flag("output kept of a notebook (all cells), in MiB; more is dropped")
+    )
     resume: bool = field(
         default=False, metadata=flag("skip submissions already graded (unless the file changed)")
     )
     no_sandbox: bool = field(
         default=False,
-        metadata=flag("grade several notebooks even where the sandbox cannot be built"),
+        metadata=flag(
+            "run kernels without the sandbox (only for notebooks you trust); needed to grade "
+            "several notebooks where the sandbox cannot be built"
+        ),
     )
 
 

@@ -5,7 +5,6 @@ missing or cannot create its namespaces (``make test`` installs it where it can)
 """
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -45,7 +44,14 @@ INSIDE = textwrap.dedent(
         facts["library_writable"] = True
     except OSError:
         facts["library_writable"] = False
-    open("written-at-home", "w").write("ok")
+    open(sys.argv[4] + "/written-in-exchange", "w").write("ok")
+    facts["cwd"] = os.getcwd()
+    facts["secret"] = os.environ.get("ADDNORM_TEST_SECRET")
+    try:
+        open("big", "wb").write(b"x" * 3 * 2**20)
+        facts["home_cap"] = "wrote 3 MiB"
+    except OSError as err:
+        facts["home_cap"] = errno.errorcode.get(err.errno, str(err))
     import numpy, addnorm_lib.checks
     try:
         import addnorm_lib.reference.norms
@@ -57,18 +63,24 @@ INSIDE = textwrap.dedent(
 )
 
 
+def whitelist(tmp_path, home_mb=bubblewrap.HOME_MB):
+    return course_whitelist(tmp_path / "home", tmp_path / "exchange", home_mb)
+
+
 def test_the_command_line_unshares_everything_and_drops_privileges(tmp_path):
-    argv = bubblewrap_argv(course_whitelist(tmp_path), ["python"])
+    argv = bubblewrap_argv(whitelist(tmp_path), ["python"], {"LANG": "C.UTF-8"})
     assert argv[0] == "bwrap" and argv[-2:] == ["--", "python"]
-    for option in ("--unshare-all", "--die-with-parent", "--new-session"):
+    for option in ("--unshare-user", "--unshare-all", "--die-with-parent", "--new-session"):
         assert option in argv
+    assert "--disable-userns" in argv  # no nested namespaces to attack the kernel from
+    assert argv.index("--clearenv") < argv.index("--setenv")
     assert "--share-net" not in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert argv[argv.index("--uid") + 1] == str(bubblewrap.NOBODY) != "0"
 
 
 def test_the_reference_is_blanked_after_the_library_is_bound(tmp_path):
-    argv = bubblewrap_argv(course_whitelist(tmp_path), ["python"])
+    argv = bubblewrap_argv(whitelist(tmp_path), ["python"], {})
     library, reference = ROOT / "addnorm_lib", ROOT / "addnorm_lib" / "reference"
     bound = argv.index(str(library))
     blanked = argv.index(str(reference))
@@ -76,10 +88,12 @@ def test_the_reference_is_blanked_after_the_library_is_bound(tmp_path):
     assert bound < blanked, "bubblewrap applies mounts in order: blanking first would be undone"
 
 
-def test_only_the_home_is_writable_and_nothing_else_of_the_course_is_bound(tmp_path):
-    argv = bubblewrap_argv(course_whitelist(tmp_path), ["python"])
+def test_only_the_exchange_is_shared_and_nothing_else_of_the_course_is_bound(tmp_path):
+    argv = bubblewrap_argv(whitelist(tmp_path, home_mb=3), ["python"], {})
     writable = [argv[i + 1] for i, arg in enumerate(argv) if arg in ("--bind", "--bind-try")]
-    assert writable == [str(tmp_path.resolve())]
+    assert writable == [str((tmp_path / "exchange").resolve())]
+    home = argv.index(str(tmp_path / "home"))
+    assert argv[home - 3 : home] == ["--size", str(3 * 2**20), "--tmpfs"]
     bound = {argv[i + 1] for i, arg in enumerate(argv) if arg == "--ro-bind"}
     for folder in ("solutions", "tests", "book", ".git", "exercises"):
         assert not any(Path(path) == ROOT / folder for path in bound)
@@ -87,7 +101,9 @@ def test_only_the_home_is_writable_and_nothing_else_of_the_course_is_bound(tmp_p
 
 
 def test_a_whitelist_without_the_reference_hides_nothing(tmp_path):
-    argv = bubblewrap_argv(Whitelist((), (), tmp_path), ["true"])
+    argv = bubblewrap_argv(
+        Whitelist((), (), tmp_path / "home", tmp_path / "exchange"), ["true"], {}
+    )
     assert "--remount-ro" not in argv
 
 
@@ -101,13 +117,13 @@ def listener():
 
 
 @NEEDS_BWRAP
-def test_inside_the_sandbox_the_host_is_out_of_reach(tmp_path, listener):
-    home = tmp_path / "home"
-    home.mkdir()
-    os.chmod(home, 0o777)  # nobody writes here
+def test_inside_the_sandbox_the_host_is_out_of_reach(tmp_path, listener, monkeypatch):
+    monkeypatch.setenv("ADDNORM_TEST_SECRET", "the instructor's token")
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
     with tempfile.NamedTemporaryFile(dir="/tmp", prefix="addnorm-marker-") as marker:
-        command = [sys.executable, "-c", INSIDE, str(ROOT), marker.name, str(listener)]
-        argv = bubblewrap_argv(course_whitelist(home), command)
+        command = [sys.executable, "-c", INSIDE, str(ROOT), marker.name, str(listener), exchange]
+        argv = bubblewrap_argv(whitelist(tmp_path, home_mb=2), list(map(str, command)), {})
         completed = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert completed.returncode == 0, completed.stderr[-2000:]
     facts = json.loads(completed.stdout)
@@ -119,24 +135,25 @@ def test_inside_the_sandbox_the_host_is_out_of_reach(tmp_path, listener):
     assert not facts["host_tmp_marker"] and not facts["shadow"]
     assert facts["host_port"] in ("ENETUNREACH", "ECONNREFUSED")  # a network namespace of its own
     assert not facts["library_writable"]
-    assert (home / "written-at-home").read_text() == "ok"
+    assert (exchange / "written-in-exchange").read_text() == "ok"
+    assert facts["cwd"] == str(tmp_path / "home") and not (tmp_path / "home").exists()
+    assert facts["secret"] is None  # the grader's environment stays outside
+    assert facts["home_cap"] == "ENOSPC"  # the home is a 2 MiB tmpfs
 
 
 @NEEDS_BWRAP
-def test_a_kernel_in_the_sandbox_is_driven_over_ipc_sockets_in_its_home(tmp_path):
-    """No shared network: the client outside talks to the kernel through sockets in its home."""
+def test_a_kernel_in_the_sandbox_is_driven_over_ipc_sockets_in_the_exchange(tmp_path):
+    """No shared network: the client outside talks to the kernel through sockets in the exchange."""
     from jupyter_client import BlockingKernelClient
     from jupyter_client.connect import write_connection_file
 
-    home = tmp_path / "home"
-    home.mkdir()
-    os.chmod(home, 0o777)
-    connection = home / "kernel.json"
-    write_connection_file(str(connection), transport="ipc", ip=str(home / "kernel"))
-    os.chmod(connection, 0o644)
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    connection = exchange / "kernel.json"
+    write_connection_file(str(connection), transport="ipc", ip=str(exchange / "kernel"))
     command = [sys.executable, "-m", "ipykernel_launcher", "-f", str(connection)]
     kernel = subprocess.Popen(
-        bubblewrap_argv(course_whitelist(home), command),
+        bubblewrap_argv(whitelist(tmp_path), command, {}),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -5,7 +5,7 @@ import pytest
 from tests.conftest import run_python
 from tests.grading.conftest import SOLUTION
 
-# What a graded kernel (and the warm-kernel zygote) must not load: the grader's own dependencies.
+# What a graded kernel must not load: the grader's own dependencies.
 HEAVY = ("nbformat", "jinja2", "addnorm_lib.grading.pipeline")
 
 

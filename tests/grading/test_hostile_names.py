@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from addnorm_lib.grading import assemble, execute, pipeline, report, sandbox
+from addnorm_lib.grading import assemble, bubblewrap, execute, pipeline, report
 from tests import inprocess
 from tests.conftest import GRADE_ANYWHERE
 from tests.grading.conftest import EXERCISE, LAYER_NORM_CELL, SOLUTION, solution_with
@@ -58,12 +58,6 @@ def grade(tmp_path, monkeypatch, capsys):
     """grade(*paths, *flags): run the grader's command line on them; its reports and output."""
     monkeypatch.setattr(execute, "executed", executed_here)
     monkeypatch.setattr(execute, "start_pytest_server", lambda: None)
-    cold = sandbox.open_sandbox.__wrapped__  # no warm kernels: nothing runs in a kernel here
-    monkeypatch.setattr(
-        sandbox,
-        "open_sandbox",
-        contextlib.contextmanager(lambda settings, outdir, warm: cold(settings, outdir, False)),
-    )
 
     def run(*args) -> Run:
         out = tmp_path / "out"
@@ -259,7 +253,7 @@ def test_without_a_sandbox_a_class_is_not_graded_unless_the_instructor_says_so(
     tmp_path, monkeypatch, capsys
 ):
     """Instructors are never silently unprotected; a learner's own notebook still grades."""
-    monkeypatch.setattr(sandbox, "isolation", lambda: [])
+    monkeypatch.setattr(bubblewrap, "bubblewrap_problem", lambda: "bubblewrap is not installed")
     folder = tmp_path / "class"
     folder.mkdir()
     for name in ("ada", "bo"):
@@ -271,9 +265,10 @@ def test_without_a_sandbox_a_class_is_not_graded_unless_the_instructor_says_so(
     assert not (out / "grades.csv").exists()
 
     assert pipeline.main([str(folder), "--out", str(out), "--no-sandbox"]) == 0
-    assert "no sandbox here" in capsys.readouterr().err
+    assert "no sandbox (--no-sandbox was given)" in capsys.readouterr().err
     assert (out / "grades.csv").read_text().count("malformed") == 2
 
     assert pipeline.main([str(folder / "ada.ipynb"), "--out", str(tmp_path / "one")]) == 0
     said = capsys.readouterr().err
-    assert said.count("warning: no sandbox here") == 1 and "error:" not in said
+    assert said.count("warning: no sandbox (bubblewrap is not installed)") == 1
+    assert "error:" not in said

@@ -11,6 +11,7 @@ from addnorm_lib.grading.judge import MESSAGE_LIMIT, CellGrade, Grade
 from tests.conftest import ROOT
 from tests.grading.conftest import FORWARD
 
+SANDBOXED = {"sandbox": "bubblewrap", "group_limits": "cgroup"}
 HOSTILE = "<script>alert('x')</script>"
 
 
@@ -23,12 +24,13 @@ def test_reports_have_a_column_per_test_and_leave_no_partial_file(assignment, tm
     cells = [CellGrade(t.grade_id, t.points, t.points, "passed") for t in assignment.tests]
     graded = Grade("ada.ipynb", "layernorm", "ok", cells=cells, max_total=10)
     broken = Grade("bo.ipynb", None, "malformed", "not a valid notebook")
-    report.write_reports(tmp_path, [broken, graded], {"layernorm": assignment}, isolated=True)
+    report.write_reports(tmp_path, [broken, graded], {"layernorm": assignment}, SANDBOXED)
     rows = list(csv.DictReader((tmp_path / "grades.csv").open()))
     assert [r["submission"] for r in rows] == ["ada.ipynb", "bo.ipynb"]
     assert (rows[0][FORWARD], rows[0]["total"], rows[1][FORWARD]) == ("3", "10", "")
     data = json.loads((tmp_path / "grades.json").read_text())
     assert data["grades"][0]["total"] == 10 and data["isolated"] is True
+    assert data["sandbox"] == "bubblewrap" and data["group_limits"] == "cgroup"
     assert not list(tmp_path.glob("*.partial"))
 
 
@@ -203,7 +205,7 @@ def test_text_that_is_not_unicode_is_written_not_fatal(assignment, tmp_path):
     grade.cells[0] = CellGrade(FORWARD, 0, 3, "failed", "ValueError: \udcff")
     grade.reason = "\udcff"
     report.save_grade(tmp_path, grade)
-    report.write_reports(tmp_path, [grade], {"layernorm": assignment}, isolated=True)
+    report.write_reports(tmp_path, [grade], {"layernorm": assignment}, SANDBOXED)
     assert "\\udcff" in report.feedback_path(tmp_path, "ada.ipynb").read_text()
     assert "\\udcff" in (tmp_path / "grades.csv").read_text()
     assert report.read_record(tmp_path, "ada.ipynb").reason == "\udcff"

@@ -1,123 +1,119 @@
-"""The sandbox, without starting a kernel: what it hides, how a kernel starts, its environment.
-
-The jail is faked where a test only reads the command lines (``isolation`` returns a prefix);
-tests/grading/test_warm_kernels.py and test_pipeline.py start real jailed kernels.
+"""The sandbox stage, without starting a kernel: the kernelspec's command line, the environments,
+the folders. tests/grading/test_bubblewrap.py runs processes inside the sandbox,
+test_cgroups.py inside a cgroup, and test_hostile_sandbox.py attacks the whole grader.
 """
 
 import json
+import stat
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from addnorm_lib.grading import _warm_kernels, sandbox
-from addnorm_lib.grading.settings import COURSE_ROOT, Settings
+from addnorm_lib.grading import _launch, bubblewrap, cgroups, sandbox
+from addnorm_lib.grading.settings import Settings
 
-FAKE_PREFIX = ["unshare", "--mount", "--propagation", "private"]
-COLD_KERNEL = [sys.executable, "-m", "addnorm_lib.grading._graded_kernel"]
+PLAIN_KERNEL = [sys.executable, "-m", "addnorm_lib.grading._graded_kernel"]
 
 
-@pytest.fixture
-def no_namespaces(monkeypatch):
-    monkeypatch.setattr(sandbox, "isolation", lambda: [])
+def box(tmp_path, problem=None, group_problem="not in this test") -> sandbox.Sandbox:
+    return sandbox.Sandbox(Settings(jobs=2), tmp_path, problem, group_problem)
 
 
 @pytest.fixture
-def namespaces(monkeypatch):
-    monkeypatch.setattr(sandbox, "isolation", lambda: FAKE_PREFIX)
+def folders(tmp_path) -> sandbox.SubmissionFolders:
+    made = sandbox.SubmissionFolders(tmp_path / "submission-1")
+    made.workdir.mkdir()
+    made.make()
+    return made
 
 
-def test_the_references_solutions_and_reports_are_hidden(tmp_path):
-    source, outdir = tmp_path / "instructor", tmp_path / "out"
-    source.mkdir(), outdir.mkdir()
-    folders, files = sandbox.hidden_paths(Settings(source=source), outdir)
-    for hidden in (sandbox.REFERENCE, COURSE_ROOT / "solutions", COURSE_ROOT / "tests"):
-        assert hidden in folders
-    assert source in folders and outdir in folders and files == []
+def kernelspec(folders) -> list[str]:
+    spec = folders.private / "kernels" / sandbox.KERNEL_NAME / "kernel.json"
+    return json.loads(spec.read_text())["argv"]
 
 
-def test_every_reference_module_is_under_a_hidden_folder(tmp_path):
-    """A new reference module is hidden without anyone listing it."""
-    folders, _ = sandbox.hidden_paths(Settings(), tmp_path)
-    modules = list(sandbox.REFERENCE.rglob("*.py"))
-    assert len(modules) > 5
-    for module in modules:
-        assert any(module.is_relative_to(folder) for folder in folders), module
+def test_the_private_folder_is_the_graders_alone_and_apart_from_the_kernels(folders):
+    assert stat.S_IMODE(folders.private.stat().st_mode) == 0o700
+    for kernel_side in (folders.exchange, folders.home, folders.observations):
+        assert not kernel_side.is_relative_to(folders.private)
+        assert not folders.private.is_relative_to(kernel_side)
 
 
-def test_without_namespaces_a_kernel_starts_plainly_and_nothing_is_mounted(no_namespaces):
-    assert sandbox.kernel_argv(COURSE_ROOT) == [*COLD_KERNEL, "-f", "{connection_file}"]
-    assert sandbox.hiding_mounts(Settings(), COURSE_ROOT / "grades") == []
+def test_a_sandboxed_kernel_starts_in_bubblewrap_sharing_only_the_exchange(tmp_path, folders):
+    with box(tmp_path).kernel(folders) as name:
+        argv = kernelspec(folders)
+    assert name == sandbox.KERNEL_NAME and argv[0] == "bwrap"
+    assert argv[-5:] == [*PLAIN_KERNEL, "-f", "{connection_file}"]
+    writable = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--bind"]
+    assert writable == [str(folders.exchange.resolve())]
+    assert str(folders.private) not in argv  # the graded notebook's folder is not even named
 
 
-def test_with_namespaces_each_hidden_folder_gets_an_empty_mount(namespaces, tmp_path):
-    folders, _ = sandbox.hidden_paths(Settings(), tmp_path)
-    mounts = sandbox.hiding_mounts(Settings(), tmp_path)
-    assert mounts == [["mount", "-t", "tmpfs", "-o", "size=1m", "none", str(p)] for p in folders]
+def test_with_a_cgroup_the_launcher_joins_it_before_bubblewrap_starts(tmp_path, folders):
+    procs = [tmp_path / "memory" / "cgroup.procs", tmp_path / "pids" / "cgroup.procs"]
+    argv = sandbox.sandboxed_argv(Settings(), folders, procs)
+    assert argv[:4] == [sys.executable, "-I", "-S", _launch.__file__]
+    assert argv[4:7] == [*map(str, procs), "--"] and argv[7] == "bwrap"
 
 
-def test_a_jailed_kernel_hides_the_run_and_cannot_write_the_course(namespaces, tmp_path):
-    argv = sandbox.kernel_argv(tmp_path)
-    assert argv[: len(FAKE_PREFIX)] == FAKE_PREFIX
-    assert argv[-5:] == [*COLD_KERNEL, "-f", "{connection_file}"]
-    start = argv.index(sandbox.JAIL[0], len(FAKE_PREFIX))
-    assert argv[start : start + len(sandbox.JAIL)] == sandbox.JAIL
-    script = argv[argv.index("-c") + 1]
-    assert f"mount -t tmpfs -o size=1m none {tmp_path}" in script
-    assert f"mount -o remount,bind,ro {COURSE_ROOT}" in script
-    assert script.endswith('exec "$@"')
+def test_without_the_sandbox_the_kernel_starts_plainly(tmp_path, folders):
+    with box(tmp_path, problem="--no-sandbox was given").kernel(folders):
+        assert kernelspec(folders) == [*PLAIN_KERNEL, "-f", "{connection_file}"]
 
 
-def test_with_a_zygote_the_jailed_kernel_is_a_warm_stand_in(namespaces, tmp_path):
-    (tmp_path / sandbox.ZYGOTE_SOCKET).touch()
-    argv = sandbox.kernel_argv(tmp_path)
-    warm = [sys.executable, "-I", "-S", _warm_kernels.__file__]
-    assert argv[:6] == [*warm, "launch", str(tmp_path / sandbox.ZYGOTE_SOCKET)]
-    stand_in = [*warm, "standin", _warm_kernels.FD_PLACEHOLDER, "-f", "{connection_file}"]
-    assert argv[-len(stand_in) :] == stand_in
+def test_no_sandbox_is_a_choice_the_instructor_makes_explicitly():
+    assert sandbox.sandbox_problem(Settings(no_sandbox=True)) == "--no-sandbox was given"
+    assert sandbox.sandbox_problem(Settings()) == bubblewrap.bubblewrap_problem()
 
 
-def test_kernels_get_the_graders_environment_less_its_own_settings(monkeypatch):
+def test_the_kernel_gets_only_the_variables_the_grader_chooses(monkeypatch, folders):
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "the instructor's")
+    monkeypatch.setattr(sandbox.os, "cpu_count", lambda: 8)
+    env = sandbox.kernel_environment(Settings(jobs=2), folders)
+    assert "AWS_SECRET_ACCESS_KEY" not in env
+    assert env["HOME"] == str(folders.home) and env["MPLBACKEND"] == "Agg"
+    assert env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "4"  # 8 cores, 2 kernels
+    argv = sandbox.sandboxed_argv(Settings(jobs=2), folders, [])
+    assert "--clearenv" in argv and argv.index("--clearenv") < argv.index("--setenv")
+    set_names = {argv[i + 1] for i, arg in enumerate(argv) if arg == "--setenv"}
+    assert set_names == set(env)
+
+
+def test_pytest_gets_the_graders_environment_less_its_own_settings(monkeypatch, tmp_path, folders):
     monkeypatch.setenv("ADDNORM_OBSERVATIONS", "/the/graders")
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
-    monkeypatch.setenv("LANG", "C.UTF-8")
+    env = box(tmp_path).pytest_environment(folders)
+    assert env["ADDNORM_OBSERVATIONS"] == str(folders.observations)
+    assert "PYTEST_XDIST_WORKER" not in env and env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+    assert env["JUPYTER_PATH"] == str(folders.private)
+
+
+def test_group_limits_give_each_job_its_share(monkeypatch):
     monkeypatch.setattr(sandbox.os, "cpu_count", lambda: 8)
-    env = sandbox.kernel_environment(Settings(jobs=2))
-    assert "ADDNORM_OBSERVATIONS" not in env and "PYTEST_XDIST_WORKER" not in env
-    assert env["LANG"] == "C.UTF-8"
-    assert env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "4"  # 8 cores, 2 kernels
+    limits = sandbox.group_limits(Settings(jobs=2, memory_mb=1024))
+    assert limits == cgroups.GroupLimits(2**30, sandbox.MAX_PROCESSES, 4.0)
+    assert sandbox.group_limits(Settings(jobs=16)).cpus == 1.0
 
 
-def test_the_kernelspec_starts_the_graded_kernel(tmp_path):
-    sandbox.write_kernelspec(tmp_path / "private", tmp_path)
-    spec = json.loads(
-        (tmp_path / "private" / "kernels" / sandbox.KERNEL_NAME / "kernel.json").read_text()
-    )
-    assert spec["argv"] == sandbox.kernel_argv(tmp_path) and spec["language"] == "python"
-
-
-def test_a_sandbox_owns_a_short_run_folder_for_its_lifetime(monkeypatch, tmp_path):
+def test_a_sandbox_owns_a_short_private_run_folder_for_its_lifetime(monkeypatch, tmp_path):
     long_tmp = tmp_path / ("a-long-temporary-folder-" * 4)
     long_tmp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
-    with sandbox.open_sandbox(Settings(), tmp_path / "out", warm=False) as box:
-        run_folder = box.run_folder
-        assert run_folder.is_dir()
-        assert len(str(run_folder / sandbox.ZYGOTE_SOCKET)) < 108  # a socket path's limit
-        assert box.install_kernelspec(run_folder / "private") == sandbox.KERNEL_NAME
-        assert box.hiding_mounts() == sandbox.hiding_mounts(Settings(), tmp_path / "out")
+    with sandbox.open_sandbox(Settings(no_sandbox=True)) as opened:
+        run_folder = opened.run_folder
+        assert stat.S_IMODE(run_folder.stat().st_mode) == 0o700
+        # an IPC socket's path (at most 107 bytes) fits with room to spare
+        assert len(str(run_folder / "submission-12345678" / "exchange" / "kernel-99999")) < 100
+        assert not opened.isolated and opened.describe()["sandbox"].startswith("none:")
     assert not run_folder.exists()
 
 
-def test_without_namespaces_no_zygote_starts(no_namespaces, tmp_path):
-    with sandbox.open_sandbox(Settings(), tmp_path, warm=True) as box:
-        assert not box.isolated
-        assert not (box.run_folder / sandbox.ZYGOTE_SOCKET).exists()
-    assert box.warm_kernels_forked == 0
-
-
-def test_isolation_is_a_prefix_of_unshare_or_nothing():
-    prefix = sandbox.isolation()
-    assert prefix == [] or (prefix[0] == "unshare" and "--mount" in prefix)
-    assert sandbox.Sandbox(Settings(), Path("out"), Path("run")).isolated == bool(prefix)
+@pytest.mark.skipif(cgroups.cgroup_problem() is not None, reason="no cgroups for this process")
+def test_each_kernel_gets_a_cgroup_that_goes_with_it(tmp_path, folders):
+    opened = sandbox.Sandbox(Settings(), tmp_path, None, None)
+    with opened.kernel(folders):
+        procs = [Path(p) for p in kernelspec(folders)[4:] if p.endswith("cgroup.procs")]
+        assert procs and all(path.exists() for path in procs)
+    assert not any(path.parent.exists() for path in procs)

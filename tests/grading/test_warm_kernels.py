@@ -1,10 +1,13 @@
-"""Warm kernels: forks of a zygote, jailed like cold kernels, and just as observable to Jupyter.
+"""Warm kernels: forks of a zygote, in the same bubblewrap sandbox as cold kernels, and just as
+observable to Jupyter.
 
-Each test starts graded kernels the way nbval does (a KernelManager on the grader's kernelspec)
-while a zygote runs, and checks what a kernel is, sees and survives.
+Each test starts graded kernels the way nbval does (a KernelManager on the grader's kernelspec,
+over IPC sockets in the exchange) while a zygote runs, and checks what a kernel is, sees and
+survives.
 """
 
 import contextlib
+import json
 import os
 import queue
 import time
@@ -15,45 +18,61 @@ import pytest
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
-from addnorm_lib.grading import sandbox
+from addnorm_lib.grading import bubblewrap, sandbox
 from addnorm_lib.grading.settings import COURSE_ROOT, Settings
 from tests.conftest import run_python
 
+PROBLEM = bubblewrap.bubblewrap_problem()
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not sandbox.isolation(), reason="warm kernels need namespaces"),
+    pytest.mark.skipif(PROBLEM is not None, reason=f"warm kernels need the sandbox: {PROBLEM}"),
 ]
 
 
+SECRET = "GRADER_SECRET_TOKEN"  # in the grader's environment: no kernel may see it
+IPYKERNEL_SETS = {"TERM", "CLICOLOR", "CLICOLOR_FORCE", "PAGER", "GIT_PAGER", "FORCE_COLOR", "PWD"}
+
+
 @pytest.fixture(scope="module")
-def zygote(tmp_path_factory):
-    settings = Settings(jobs=2)
-    with sandbox.run_folder_context() as folder:  # short, as the grader's: the socket lives in it
-        run_folder = Path(folder)
-        with sandbox.warm_kernels(run_folder, settings, tmp_path_factory.mktemp("out")) as stats:
-            assert (run_folder / sandbox.ZYGOTE_SOCKET).exists(), "the zygote did not start"
-            yield {"run_folder": run_folder, "stats": stats}
+def box():
+    """A grading run's sandbox with its zygote (and cgroups, where the machine allows)."""
+    os.environ[SECRET] = "the instructor's"
+    try:
+        with sandbox.open_sandbox(Settings(jobs=2), warm=True) as opened:
+            assert opened.zygote is not None, "the zygote did not start"
+            yield opened
+    finally:
+        del os.environ[SECRET]
 
 
 @pytest.fixture
-def run_folder():
-    """A grading run's folder, short whatever TMPDIR is: a socket path has at most 107 bytes."""
-    with sandbox.run_folder_context() as folder:
-        yield Path(folder)
+def cold_box():
+    """A grading run's sandbox whose zygote socket nobody listens on."""
+    with sandbox.open_sandbox(Settings(jobs=1)) as opened:
+        opened.zygote = opened.run_folder / sandbox.ZYGOTE_SOCKET
+        opened.zygote.touch()
+        yield opened
 
 
 class Kernel:
-    """A graded kernel started as nbval starts it, with a few helpers."""
+    """A graded kernel started as nbval starts it (through the plugin's starter), with helpers."""
 
-    def __init__(self, run_folder: Path, name: str):
-        work = run_folder / name
-        for folder in ("private", "sandbox/runtime"):
-            (work / folder).mkdir(parents=True)
-        sandbox.write_kernelspec(work / "private", run_folder)
-        specs = KernelSpecManager(kernel_dirs=[str(work / "private" / "kernels")])
-        self.manager = KernelManager(kernel_name=sandbox.KERNEL_NAME, kernel_spec_manager=specs)
-        self.manager.connection_file = str(work / "sandbox" / "runtime" / "kernel.json")
-        self.manager.start_kernel(cwd=str(work / "sandbox"))
+    def __init__(self, box: sandbox.Sandbox, name: str):
+        self.folders = sandbox.SubmissionFolders(box.run_folder / name)
+        self.folders.workdir.mkdir()
+        self.folders.make()
+        self.spec = box.kernel(self.folders)
+        kernel_name = self.spec.__enter__()
+        specs = KernelSpecManager(kernel_dirs=[str(self.folders.private / "kernels")])
+        exchange = self.folders.exchange
+        self.manager = KernelManager(
+            kernel_name=kernel_name,
+            kernel_spec_manager=specs,
+            transport="ipc",
+            ip=str(exchange / "kernel"),
+            connection_file=str(exchange / "kernel.json"),
+        )
+        self.manager.start_kernel(cwd=str(self.folders.home))
         self.client = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=60)
@@ -78,18 +97,24 @@ class Kernel:
     def stop(self):
         self.client.stop_channels()
         self.manager.shutdown_kernel(now=True)
+        self.spec.__exit__(None, None, None)
 
 
 @pytest.fixture
-def kernel(zygote, request):
-    started = Kernel(zygote["run_folder"], request.node.name.replace("[", "_").replace("]", ""))
+def kernel(box, request):
+    started = Kernel(box, f"k{abs(hash(request.node.name)) % 10**8}")  # short: a socket path
     yield started
     started.stop()
 
 
-def zygote_children(zygote) -> set[int]:
-    """PIDs of the zygote's children (each warm kernel's waiting parent)."""
-    return {child.pid for child in psutil.Process(zygote["stats"]["pid"]).children()}
+def zygote_children() -> set[int]:
+    """PIDs of the zygotes' children (each warm kernel's waiting parent)."""
+    children = set()
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if "_warm_kernels" in " ".join(process.cmdline()) and "serve" in process.cmdline():
+                children |= {child.pid for child in process.children()}
+    return children
 
 
 def test_a_warm_kernel_starts_with_torch_imported_and_no_reference(kernel):
@@ -97,21 +122,45 @@ def test_a_warm_kernel_starts_with_torch_imported_and_no_reference(kernel):
         "import sys\nprint('torch' in sys.modules, sorted(m for m in sys.modules "
         "if m.startswith('addnorm_lib.reference')))"
     )
-    assert (status, printed.strip()) == ("ok", "True []")  # the batch test tries to import them
+    assert (status, printed.strip()) == ("ok", "True []")
 
 
-def test_a_warm_kernel_sees_only_its_jail(kernel, zygote):
-    socket_path = zygote["run_folder"] / sandbox.ZYGOTE_SOCKET
-    course = str(COURSE_ROOT)
+def test_a_warm_kernel_is_as_confined_as_a_cold_one(kernel, box):
+    """No capability, no new privileges, the unprivileged user, the sandbox's files, processes,
+    network and environment, the submission's cgroup."""
     status, printed = kernel.run(
-        "import os, psutil\n"
-        f"print(os.path.exists({str(socket_path)!r}), os.access({course!r}, os.W_OK))\n"
-        "print(sorted(psutil.pids()))"
+        "import json, os, socket\n"
+        "status = dict(line.split(':', 1) for line in open('/proc/self/status'))\n"
+        "facts = {k: status[k].strip() for k in ('CapEff', 'CapPrm', 'CapBnd', 'CapInh',"
+        " 'CapAmb', 'NoNewPrivs')}\n"
+        "facts['uid'] = os.getuid()\n"
+        f"facts['socket'] = os.path.exists({str(box.zygote)!r})\n"
+        f"facts['solutions'] = os.path.exists({str(COURSE_ROOT / 'solutions')!r})\n"
+        "facts['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"
+        "facts['env'] = sorted(os.environ)\n"
+        "facts['cwd'] = os.getcwd()\n"
+        "try:\n"
+        "    socket.create_connection(('127.0.0.1', 22), timeout=2)\n"
+        "    facts['net'] = 'connected'\n"
+        "except OSError as err:\n"
+        "    facts['net'] = type(err).__name__\n"
+        "print(json.dumps(facts))"
     )
-    assert status == "ok"
-    exists_line, pids_line = printed.strip().split("\n")
-    assert exists_line == "False False"
-    assert max(eval(pids_line)) < 50, pids_line  # only the jail's own processes
+    assert status == "ok", printed
+    facts = json.loads(printed)
+    for capabilities in ("CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"):
+        assert int(facts[capabilities], 16) == 0, (capabilities, facts[capabilities])
+    assert facts["NoNewPrivs"] == "1" and facts["uid"] == bubblewrap.NOBODY
+    assert not facts["socket"] and not facts["solutions"]
+    assert len(facts["pids"]) <= 3, facts["pids"]  # bubblewrap's init, the stand-in, the kernel
+    given = set(sandbox.kernel_environment(box.settings, kernel.folders))
+    assert SECRET not in facts["env"] and set(facts["env"]) - given <= IPYKERNEL_SETS
+    assert facts["cwd"] == str(kernel.folders.home) and facts["net"] != "connected"
+    if box.group_problem is None:  # from the host: each warm kernel is in a submission cgroup
+        kernels = [psutil.Process(pid).children() for pid in zygote_children()]
+        assert any(kernels), "no warm kernel found to check"
+        for warm in (process for children in kernels for process in children):
+            assert "/addnorm-" in Path(f"/proc/{warm.pid}/cgroup").read_text()
 
 
 def test_an_interrupt_reaches_a_warm_kernel(kernel):
@@ -144,32 +193,32 @@ def test_a_dead_warm_kernel_is_seen_at_once_with_its_exit_code(kernel):
     assert kernel.manager.provisioner.process.returncode == 3
 
 
-def test_killing_its_process_group_harms_no_other_kernel(zygote, kernel):
-    other = Kernel(zygote["run_folder"], "bystander")
+def test_killing_its_process_group_harms_no_other_kernel(box, kernel):
+    other = Kernel(box, "bystander")
     try:
         kernel.client.execute("import os, signal\nos.killpg(0, signal.SIGKILL)")
         assert kernel.dies_within(5)
         assert other.run("print(1 + 1)") == ("ok", "2\n")
-        assert zygote_children(zygote)  # the zygote lives on
+        assert zygote_children()  # the zygote lives on
     finally:
         other.stop()
 
 
-def test_a_killed_jail_leaves_no_process_behind(zygote):
-    before = zygote_children(zygote)
-    doomed = Kernel(zygote["run_folder"], "doomed")
+def test_a_killed_sandbox_leaves_no_process_behind(box):
+    before = zygote_children()
+    doomed = Kernel(box, "doomed")
     assert doomed.run("import subprocess\nsubprocess.Popen(['sleep', '600.25'])")[0] == "ok"
-    assert zygote_children(zygote) - before
+    assert zygote_children() - before
     assert processes_running("600.25")
     doomed.manager.shutdown_kernel(now=True)  # a kill, as nbval stops its kernels
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and (
-        zygote_children(zygote) - before or processes_running("600.25")
+        zygote_children() - before or processes_running("600.25")
     ):
         time.sleep(0.05)
-    assert not zygote_children(zygote) - before
+    assert not zygote_children() - before
     assert not processes_running("600.25")
-    doomed.client.stop_channels()
+    doomed.stop()
 
 
 def processes_running(argument: str) -> list[int]:
@@ -182,14 +231,20 @@ def processes_running(argument: str) -> list[int]:
     return found
 
 
-def test_without_a_zygote_the_stand_in_starts_a_cold_kernel(run_folder):
-    (run_folder / sandbox.ZYGOTE_SOCKET).touch()  # a socket file nobody listens on
-    cold = Kernel(run_folder, "cold")
+def test_without_a_zygote_the_stand_in_starts_a_cold_kernel(cold_box):
+    cold = Kernel(cold_box, "cold")
     try:
         assert cold.run("import sys\nprint('torch' in sys.modules)") == ("ok", "False\n")
         assert cold.run("import torch\nprint(torch.ones(2).sum().item())") == ("ok", "2.0\n")
     finally:
         cold.stop()
+
+
+@pytest.fixture
+def run_folder(tmp_path):
+    """A short folder: a socket's path has at most 107 bytes."""
+    with sandbox.open_sandbox(Settings(no_sandbox=True)) as opened:
+        yield opened.run_folder
 
 
 def test_the_zygote_refuses_to_preload_a_hidden_file(run_folder):
@@ -211,12 +266,14 @@ def test_the_zygote_stops_when_its_grader_goes(run_folder):
     assert not (run_folder / "zygote.sock").exists()
 
 
-def test_no_warm_kernel_outlives_its_zygote(run_folder):
-    settings = Settings(jobs=1)
-    with sandbox.warm_kernels(run_folder, settings, run_folder / "out"):
-        orphan = Kernel(run_folder, "orphan")
+def test_no_warm_kernel_outlives_its_zygote():
+    with sandbox.open_sandbox(Settings(jobs=1), warm=True) as opened:
+        orphan = Kernel(opened, "orphan")
         assert orphan.run("import subprocess\nsubprocess.Popen(['sleep', '600.5'])")[0] == "ok"
         assert processes_running("600.5")
+        stats = opened.zygote
+        opened.zygote = None
+    assert stats is not None
     try:
         assert orphan.dies_within(5)
         assert not processes_running("600.5")
