@@ -10,3 +10,10 @@ graded notebook), :mod:`~addnorm_lib.grading.sandbox` (isolating the kernel),
 Kept light on purpose: graded kernels import :mod:`~addnorm_lib.grading._graded_kernel`, which
 must not pull in the grader's own dependencies (nbformat, jinja2, the pipeline).
 """
+
+import sys
+
+# jsonschema, which nbformat imports, compiles a grammar for checking IRIs when the optional
+# rfc3987_syntax is installed (jupyter-events asks for it): 0.7 s in every process that imports
+# nbformat. nbformat's schema checks no IRI, so the grader's processes import jsonschema without it.
+sys.modules.setdefault("rfc3987_syntax", None)

@@ -35,7 +35,12 @@ from addnorm_lib.grading.assemble import Assignment, TestCell
 from addnorm_lib.grading.settings import COURSE_ROOT
 
 STATUSES = ("ok", "timeout", "kernel_died", "malformed", "unknown_assignment", "error")
-ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+# Terminal escape sequences: CSI (colours, cursor moves), OSC (window titles, links), the rest.
+ANSI_ESCAPE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-Z\\-_]"
+)
+CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every control but tab and newline
 # The traceback line that names the exception: "ValueError: ...", "CheckFailed: ..."
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Exit|Interrupt|Warning)\b")
 MESSAGE_LIMIT = 2000  # characters of a failure message kept in a report
@@ -95,8 +100,9 @@ class Grade:
 
 
 def clean_message(report: str, limit: int = MESSAGE_LIMIT) -> str:
-    """The exception line(s) of an nbval failure report, without ANSI codes, truncated to limit."""
-    text = ANSI_ESCAPE.sub("", report)
+    """The exception line(s) of an nbval failure report, without terminal escape sequences or
+    other control characters, truncated to limit."""
+    text = CONTROLS.sub("", ANSI_ESCAPE.sub("", report))
     lines = text.rstrip().split("\n")
     starts = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
     message = "\n".join(lines[starts[-1] :]) if starts else text.strip()
@@ -177,6 +183,20 @@ def _close_zygote() -> None:
         if _zygote is not None:
             _zygote.close()
             _zygote = None
+
+
+def start_judge() -> None:
+    """Start the judge's zygote in the background, ahead of the first notebook to judge (if it
+    fails, judging starts it again and says why)."""
+
+    def start() -> None:
+        global _zygote
+        with _zygote_lock:
+            if _zygote is None:
+                with contextlib.suppress(JudgeUnavailable):
+                    _zygote = _Zygote()
+
+    threading.Thread(target=start, daemon=True).start()
 
 
 def _connect(restart: bool = False) -> socket.socket:

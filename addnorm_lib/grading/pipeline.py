@@ -121,7 +121,6 @@ def grade_all(todo, assignments: dict, box: sandbox.Sandbox, outdir: Path, grade
     Each grade is reported as soon as it is known.
     """
     settings = box.settings
-    execute.start_pytest_server()
     with ThreadPoolExecutor(max_workers=settings.jobs) as pool:
         futures = [
             pool.submit(grade_submission, submission_id, path, assignments, settings, box)
@@ -184,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     grades = unchanged_grades(outdir, submissions, settings) if settings.resume else {}
     todo = [submission for submission in submissions if submission[0] not in grades]
+    execute.start_pytest_server()  # these three start at once: each imports for a second or two
+    judge.start_judge()
     with sandbox.open_sandbox(settings, warm=len(todo) > 1) as box:
         if problem:
             warn(

@@ -26,7 +26,9 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,8 +148,14 @@ class Sandbox:
     run_folder: Path  # each submission's folders are made in here
     problem: str | None  # why kernels run without the sandbox; None when they run in it
     group_problem: str | None  # why there are no group limits; None when there are
-    zygote: Path | None = None  # the socket of the zygote that warm kernels are forked from
+    # the socket of the zygote that warm kernels are forked from, once it is ready (None: none)
+    zygote_ready: Future | None = None
     warm_kernels_forked: int = 0  # set when the sandbox closes
+
+    @property
+    def zygote(self) -> Path | None:
+        """The zygote's socket, waiting for it to be ready; None if there is none."""
+        return None if self.zygote_ready is None else self.zygote_ready.result()
 
     @property
     def isolated(self) -> bool:
@@ -211,11 +219,23 @@ def zygote_environment() -> dict[str, str]:
     return single_threaded({**env, "PYDEVD_DISABLE_FILE_VALIDATION": "1", "MPLBACKEND": "Agg"})
 
 
+def await_ready(process: subprocess.Popen, socket_path: Path, ready: Future) -> None:
+    """Resolve ``ready`` with the zygote's socket once it says so, or with None."""
+    try:
+        said = process.stdout.readline().strip()
+    except (OSError, ValueError):
+        said = ""
+    if said != "ready":
+        print("warning: warm kernels unavailable; starting each kernel afresh", file=sys.stderr)
+    ready.set_result(socket_path if said == "ready" else None)
+
+
 @contextlib.contextmanager
 def warm_kernels(run_folder: Path, settings: Settings) -> Iterator[dict]:
-    """Run a zygote for this grading run; yields a dict of its ``socket`` (None if it did not
-    start) and, at exit, ``forked``. Kernels started while it runs are forks of it."""
-    stats = {"forked": 0, "socket": None}
+    """Run a zygote for this grading run; yields a dict of its ``ready`` future (its socket once
+    it is ready, None if it did not start) and, at exit, ``forked``. It starts in the
+    background: kernels started once it is ready are forks of it."""
+    stats = {"forked": 0, "ready": Future()}
     socket_path = run_folder / ZYGOTE_SOCKET
     hidden = [str(COURSE_ROOT / name) for name in HIDDEN_FROM_KERNELS]
     hidden.append(str(settings.source.resolve()))
@@ -229,13 +249,11 @@ def warm_kernels(run_folder: Path, settings: Settings) -> Iterator[dict]:
         text=True,
         start_new_session=True,
     )
+    threading.Thread(target=await_ready, args=(process, socket_path, stats["ready"])).start()
     try:
-        if process.stdout.readline().strip() == "ready":
-            stats["socket"] = socket_path
-        else:
-            print("warning: warm kernels unavailable; starting each kernel afresh", file=sys.stderr)
         yield stats
     finally:
+        stats["ready"].result()  # the reader is done with its stdout
         try:
             output, _ = process.communicate(timeout=30)  # closing its stdin stops it
             stats["forked"] = int(output.split()[-1]) if output.startswith("forked") else 0
@@ -272,6 +290,6 @@ def open_sandbox(settings: Settings, warm: bool = False) -> Iterator[Sandbox]:
             yield box
             return
         with warm_kernels(box.run_folder, settings) as stats:
-            box.zygote = stats["socket"]
+            box.zygote_ready = stats["ready"]
             yield box
         box.warm_kernels_forked = stats["forked"]

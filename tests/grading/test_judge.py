@@ -129,3 +129,14 @@ def test_a_grade_survives_its_record():
     data = grade.to_dict()
     assert data["total"] == 3
     assert judge.Grade.from_dict(data) == grade
+
+
+def test_clean_message_drops_every_escape_sequence_and_control_character():
+    """A failure message quotes the student's output: it can carry terminal escapes of any kind."""
+    forged = (
+        "ValueError: red\x1b]0;owned\x07 title\x1b]8;;http://x\x1b\\ link\x9b2J clear"
+        "\rforged line\x00\x7f bell\x07 end\tok"
+    )
+    cleaned = judge.clean_message(forged)
+    assert cleaned == "ValueError: red title link clearforged line bell end\tok"
+    assert not any((ch < " " and ch not in "\n\t") or "\x7f" <= ch <= "\x9f" for ch in cleaned)
