@@ -40,13 +40,19 @@ GRADIENTS = ("dx", "dgamma", "dbeta")
 ARG_NAMES = ("x", "gamma", "beta", "running_mean", "running_var")
 
 
+# A mean this large next to a spread of 1 makes E[x^2] - E[x]^2 lose most of its digits, even in
+# float64 (E[x^2] is 1e14, 16 digits deep): the one-pass variance shows.
+LARGE_OFFSET = 1e7
+
+
 def batch_norm_cases(seed: int = 0) -> list[Case]:
-    """Inputs for ``batch_norm``: training and eval, 2-D and 3-D, other momentum and eps."""
+    """Inputs for ``batch_norm``, all within its spec (x of shape (N, C) or (N, C, L), float64):
+    training and eval, 2-D and 3-D, N equal to C, a large mean, other momentum and eps."""
     rng = np.random.default_rng(seed + 20)
 
-    def case(description, shape, training, momentum=0.1, eps=1e-5, hint=""):
+    def case(description, shape, training, momentum=0.1, eps=1e-5, hint="", offset=2.0):
         channels = shape[1]
-        x = rng.normal(2.0, 3.0, shape)
+        x = rng.normal(offset, 3.0 if offset == 2.0 else 1.0, shape)
         gamma, beta = rng.uniform(0.5, 2.0, channels), rng.normal(0.0, 1.0, channels)
         running_mean = rng.normal(0.0, 1.0, channels)
         running_var = rng.uniform(0.5, 2.0, channels)
@@ -80,11 +86,19 @@ def batch_norm_cases(seed: int = 0) -> list[Case]:
         ),
         case("a 3-D (4, 3, 5) input in eval mode", (4, 3, 5), False),
         case(
-            "a 4-D (N, C, H, W) = (2, 3, 2, 2) input in training mode",
-            (2, 3, 2, 2),
+            "a square (N, C) = (4, 4) input in training mode (N equals C)",
+            (4, 4),
             True,
-            hint="For (N, C, *) input the statistics are per channel, over axis 0 and every "
-            "axis after 1: axes = (0, *range(2, x.ndim)).",
+            hint="Statistics, gamma and beta all go along the channel axis (axis 1), even when "
+            "the batch is as long as the channels.",
+        ),
+        case(
+            f"a (16, 3) input with mean {LARGE_OFFSET:g} and standard deviation 1, training mode",
+            (16, 3),
+            True,
+            offset=LARGE_OFFSET,
+            hint="Compute the variance in two passes, mean((x - mean)**2): E[x^2] - E[x]^2 "
+            "cancels catastrophically when the mean is large next to the spread.",
         ),
         case(
             "a (6, 2) input in training mode with momentum=0.3",
@@ -104,11 +118,12 @@ def batch_norm_cases(seed: int = 0) -> list[Case]:
 
 
 def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
-    """Inputs for ``batch_norm_backward``: 2-D and 3-D, another eps."""
+    """Inputs for ``batch_norm_backward``, within its spec: 2-D and 3-D, N equal to L, a large
+    mean, another eps."""
     rng = np.random.default_rng(seed + 21)
 
-    def case(description, shape, eps=1e-5, hint=""):
-        x, dy = rng.normal(1.0, 2.0, shape), rng.normal(size=shape)
+    def case(description, shape, eps=1e-5, hint="", offset=1.0):
+        x, dy = rng.normal(offset, 2.0 if offset == 1.0 else 1.0, shape), rng.normal(size=shape)
         return Case(description, (dy, x, rng.uniform(0.5, 2.0, shape[1])), {"eps": eps}, hint=hint)
 
     return [
@@ -119,9 +134,15 @@ def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
             hint="dgamma and dbeta have gamma's shape (C,): sum over axis 0 and axes 2, 3, ...",
         ),
         case(
-            "a 4-D (N, C, H, W) = (2, 3, 2, 2) input",
-            (2, 3, 2, 2),
-            hint="Sum and average over axis 0 and every axis after 1.",
+            "a 3-D (N, C, L) = (4, 3, 4) input (N equals L)",
+            (4, 3, 4),
+            hint="Sum and average over axes 0 and 2, the same two axes whatever their lengths.",
+        ),
+        case(
+            f"a (12, 3) input with mean {LARGE_OFFSET:g} and standard deviation 1",
+            (12, 3),
+            offset=LARGE_OFFSET,
+            hint="Compute the variance in two passes, mean((x - mean)**2).",
         ),
         case(
             "eps=0.1 instead of the default",
@@ -177,7 +198,11 @@ def judge_batch_norm_backward(observations: list[Observation], seed: int = 0) ->
     from addnorm_lib.reference import mistakes, norms
 
     cases = batch_norm_backward_cases(seed)
-    known = mistakes.BATCH_NORM_BACKWARD_MISTAKES
+    known = [
+        mistakes.BATCH_NORM_BACKWARD_MISTAKES,
+        mistakes.BATCH_NORM_BACKWARD_DGAMMA_MISTAKES,
+        (),
+    ]
     return judge_backward(
         "batch_norm_backward", cases, observations, norms.batch_norm_backward, GRADIENTS, known
     )

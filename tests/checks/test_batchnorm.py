@@ -1,5 +1,6 @@
 """The BatchNorm checks accept the reference and reject each known mistake under its own name."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -10,7 +11,7 @@ from addnorm_lib.reference import mistakes, norms
 def test_references_pass(capsys):
     checks.check_batch_norm(norms.batch_norm)
     checks.check_batch_norm_backward(norms.batch_norm_backward, seed=2024)
-    assert "✓ batch_norm passed 7 checks" in capsys.readouterr().out
+    assert "✓ batch_norm passed 8 checks" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -23,6 +24,63 @@ def test_each_mistake_is_rejected_and_named(check, mistake):
     with pytest.raises(checks.CheckFailed) as info:
         check(mistake.compute)
     assert mistake.diagnosis in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "mistake", mistakes.BATCH_NORM_BACKWARD_DGAMMA_MISTAKES, ids=lambda m: m.name
+)
+def test_each_dgamma_mistake_is_rejected_and_named(mistake):
+    def learner(dy, x, gamma, eps=1e-5):
+        dx, _, dbeta = norms.batch_norm_backward(dy, x, gamma, eps)
+        return dx, mistake.compute(dy, x, gamma, eps)[1], dbeta
+
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_batch_norm_backward(learner)
+    assert mistake.diagnosis in str(info.value)
+
+
+def spec_batch_norm(x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    """Written to the notebook's spec only: x is (N, C) or (N, C, L), nothing else."""
+    if x.ndim == 2:
+        axes, channel = (0,), (1, -1)
+    elif x.ndim == 3:
+        axes, channel = (0, 2), (1, -1, 1)
+    else:
+        raise ValueError("x must be (N, C) or (N, C, L)")
+    n = x.size // x.shape[1]
+    if training:
+        mean, var = x.mean(axes), x.var(axes)
+        new_mean = (1 - momentum) * running_mean + momentum * mean
+        new_var = (1 - momentum) * running_var + momentum * var * n / (n - 1)
+    else:
+        mean, var, new_mean, new_var = running_mean, running_var, running_mean, running_var
+    x_hat = (x - mean.reshape(channel)) / np.sqrt(var.reshape(channel) + eps)
+    return gamma.reshape(channel) * x_hat + beta.reshape(channel), new_mean, new_var
+
+
+def spec_batch_norm_backward(dy, x, gamma, eps=1e-5):
+    """Written to the notebook's spec only: x is (N, C) or (N, C, L)."""
+    if x.ndim not in (2, 3):
+        raise ValueError("x must be (N, C) or (N, C, L)")
+    axes = (0,) if x.ndim == 2 else (0, 2)
+    channel = (1, -1) if x.ndim == 2 else (1, -1, 1)
+    mean = x.mean(axes, keepdims=True)
+    inv_std = 1.0 / np.sqrt(x.var(axes, keepdims=True) + eps)
+    x_hat = (x - mean) * inv_std
+    dx_hat = dy * gamma.reshape(channel)
+    dx = inv_std * (
+        dx_hat
+        - dx_hat.mean(axes, keepdims=True)
+        - x_hat * (dx_hat * x_hat).mean(axes, keepdims=True)
+    )
+    return dx, (dy * x_hat).sum(axes), dy.sum(axes)
+
+
+@pytest.mark.parametrize("seed", [0, 2024])
+def test_a_solution_written_to_the_spec_passes_every_check(seed):
+    """The notebook says (N, C) or (N, C, L): the checks ask for nothing outside that."""
+    checks.check_batch_norm(spec_batch_norm, seed=seed)
+    checks.check_batch_norm_backward(spec_batch_norm_backward, seed=seed)
 
 
 def test_a_stub_is_reported_as_not_implemented():

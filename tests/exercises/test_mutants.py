@@ -265,6 +265,39 @@ BATCHNORM_MUTANTS = [
         "per feature (axis 0)",
     ),
     batchnorm(
+        "one-pass variance",
+        "batch_norm",
+        (
+            (
+                "var = ((x - mean.reshape(shape)) ** 2).mean(axis=axes)",
+                "var = (x**2).mean(axis=axes) - mean**2",
+            ),
+        ),
+        "test_batch_norm",
+        "E[x^2] - E[x]^2",
+    ),
+    batchnorm(
+        "eps outside the square root",
+        "batch_norm",
+        (("np.sqrt(var.reshape(shape) + eps)", "(np.sqrt(var.reshape(shape)) + eps)"),),
+        "test_batch_norm",
+        "eps outside the square root",
+    ),
+    batchnorm(
+        "forgot gamma",
+        "batch_norm",
+        (("return gamma.reshape(shape) * x_hat + beta", "return x_hat + beta"),),
+        "test_batch_norm",
+        "You left out gamma",
+    ),
+    batchnorm(
+        "dgamma from x instead of x_hat",
+        "batch_norm_backward",
+        (("dgamma = (dy * x_hat).sum(axis=axes)", "dgamma = (dy * x).sum(axis=axes)"),),
+        "test_batch_norm_backward",
+        "gamma scales the normalized x_hat",
+    ),
+    batchnorm(
         "backward without the mean term",
         "batch_norm_backward",
         (("dx_hat - mean_term - var_term", "dx_hat - var_term"),),
@@ -482,6 +515,26 @@ def assert_caught(mutant, result):
     assert failed == mutant.fails, f"{mutant.name}: expected {sorted(mutant.fails)} to fail"
     messages = "\n".join(cell.message for cell in result.cells)
     assert mutant.phrase in messages, messages
+
+
+# Right for every input the spec allows, and nothing more: x is (N, C) or (N, C, L).
+SPEC_ONLY = [
+    ("batch_norm", "axes = (0, *range(2, x.ndim))  #", "axes = (0,) if x.ndim == 2 else (0, 2)  #"),
+    ("batch_norm_backward", "axes = (0, *range(2, x.ndim))\n", "axes = (0, 2)[: x.ndim - 1]\n"),
+]
+
+
+def test_a_batchnorm_written_to_the_spec_gets_every_point():
+    """The notebook says x is (N, C) or (N, C, L): no graded input is anything else."""
+    nb = nbformat.read(SOLUTIONS / "batchnorm.ipynb", as_version=4)
+    for grade_id, old, new in SPEC_ONLY:
+        (cell,) = [
+            c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id
+        ]
+        assert old in cell.source
+        cell.source = cell.source.replace(old, new)
+    result = grade_in_process(nb, "batchnorm")
+    assert result.total == result.max_total, [(c.grade_id, c.message) for c in result.cells]
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=lambda m: m.name.replace(" ", "-"))

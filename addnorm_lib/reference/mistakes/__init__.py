@@ -11,6 +11,7 @@ Every function here is wrong on purpose. Never use one for real work.
 
 from addnorm_lib.reference.mistakes._core import Mistake, dispatch
 from addnorm_lib.reference.mistakes.batchnorm import (
+    BATCH_NORM_BACKWARD_DGAMMA_MISTAKES,
     BATCH_NORM_BACKWARD_MISTAKES,
     BATCH_NORM_MISTAKES,
 )
@@ -44,6 +45,7 @@ from addnorm_lib.reference.mistakes.residuals import (
 from addnorm_lib.reference.mistakes.rmsnorm import RMS_NORM_BACKWARD_MISTAKES, RMS_NORM_MISTAKES
 
 __all__ = [
+    "BATCH_NORM_BACKWARD_DGAMMA_MISTAKES",
     "BATCH_NORM_BACKWARD_MISTAKES",
     "BATCH_NORM_MISTAKES",
     "DEEPNORM_CONSTANTS_MISTAKES",

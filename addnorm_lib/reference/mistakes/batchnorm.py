@@ -19,6 +19,10 @@ def _batch_norm_variant(
     batch_stats_in_eval=False,
     update_in_eval=False,
     unbiased_normalize=False,
+    one_pass=False,
+    eps_outside_sqrt=False,
+    use_gamma=True,
+    use_beta=True,
 ):
     """A batch_norm with one convention changed; ``axes(x)`` picks the reduced axes."""
 
@@ -28,7 +32,10 @@ def _batch_norm_variant(
         channel[1] = x.shape[1]
         n = int(np.prod([x.shape[a] for a in reduced]))
         mean = x.mean(axis=reduced, keepdims=True)
-        var = ((x - mean) ** 2).mean(axis=reduced, keepdims=True)
+        if one_pass:
+            var = (x**2).mean(axis=reduced, keepdims=True) - mean**2
+        else:
+            var = ((x - mean) ** 2).mean(axis=reduced, keepdims=True)
         batch_mean = mean.reshape(-1) if mean.size == x.shape[1] else None
         batch_var = var.reshape(-1) if var.size == x.shape[1] else None
         new_mean, new_var = running_mean.copy(), running_var.copy()
@@ -41,7 +48,10 @@ def _batch_norm_variant(
             mean, var = running_mean.reshape(channel), running_var.reshape(channel)
         elif unbiased_normalize:
             var = var * n / (n - 1)
-        y = (x - mean) / np.sqrt(var + eps) * gamma.reshape(channel) + beta.reshape(channel)
+        std = np.sqrt(var) + eps if eps_outside_sqrt else np.sqrt(var + eps)
+        y = (x - mean) / std
+        y = y * gamma.reshape(channel) if use_gamma else y
+        y = y + beta.reshape(channel) if use_beta else y
         return y.astype(x.dtype), new_mean, new_var
 
     return batch_norm
@@ -98,6 +108,32 @@ BATCH_NORM_MISTAKES = (
         "var = mean((x - mean)**2) over the reduced axes for y; var * n / (n - 1) for the update.",
         _batch_norm_variant(unbiased_normalize=True),
     ),
+    Mistake(
+        "one_pass_variance",
+        "Your variance loses precision when the mean is large compared to the spread: it looks "
+        "like E[x^2] - E[x]^2, which cancels catastrophically.",
+        "Compute the variance in two passes: mean((x - mean)**2) over the reduced axes.",
+        _batch_norm_variant(one_pass=True),
+    ),
+    Mistake(
+        "eps_outside_sqrt",
+        "You added eps outside the square root (sqrt(var) + eps): BatchNorm adds it to the "
+        "variance, inside the root.",
+        "Divide by sqrt(var + eps).",
+        _batch_norm_variant(eps_outside_sqrt=True),
+    ),
+    Mistake(
+        "no_gamma",
+        "You left out gamma: the normalized x_hat must be scaled per channel.",
+        "Finish with gamma * x_hat + beta, gamma and beta reshaped to (1, C) or (1, C, 1).",
+        _batch_norm_variant(use_gamma=False),
+    ),
+    Mistake(
+        "no_beta",
+        "You left out beta: the scaled x_hat must be shifted per channel.",
+        "Finish with gamma * x_hat + beta, gamma and beta reshaped to (1, C) or (1, C, 1).",
+        _batch_norm_variant(use_beta=False),
+    ),
 )
 
 
@@ -123,5 +159,26 @@ BATCH_NORM_BACKWARD_MISTAKES = (
         "training mode both depend on every example of the batch.",
         "Add the two terms the statistics contribute, averaged over the batch axis.",
         _backward_dx("batch", keep_mean_term=False, keep_var_term=False),
+    ),
+    Mistake(
+        "dx_no_gamma",
+        "Your dx forgets gamma: the gradient reaching x_hat is dy * gamma, not dy.",
+        "Start the backward with dx_hat = dy * gamma (gamma reshaped to its channel axis).",
+        _backward_dx("batch", use_gamma=False),
+    ),
+)
+
+
+def _bn_backward_dgamma_with_x(dy, x, gamma, eps=1e-5):
+    axes = (0, *range(2, x.ndim))
+    return None, (dy * x).sum(axis=axes), None
+
+
+BATCH_NORM_BACKWARD_DGAMMA_MISTAKES = (
+    Mistake(
+        "dgamma_uses_x",
+        "Your dgamma multiplies dy by x, but gamma scales the normalized x_hat.",
+        "dgamma = (dy * x_hat) summed over axis 0 (and the length axis).",
+        _bn_backward_dgamma_with_x,
     ),
 )
