@@ -6,13 +6,15 @@ STAMP := $(VENV)/.installed
 # The pip cap on this machine (/etc/xdg/pip) keeps torch on the CPU build that lies on disk.
 PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
-.PHONY: help venv system book test lint lab exercises lock clean
+.PHONY: help venv system book test lint lab grade exercises lock clean
 
 help:
 	@echo "make book       build the HTML book in _build/html, executing every chapter"
 	@echo "make test       run the whole test suite (library, notebooks, mutants, book build);"
 	@echo "                as root, it first installs the Debian packages the suite needs (chromium)"
-	@echo "make lab        open JupyterLab on the exercises"
+	@echo "make lab        open JupyterLab on the exercises (its terminals use the course's Python)"
+	@echo "make grade NB=exercises/layernorm.ipynb"
+	@echo "                score a notebook, as the grader will"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make lint       ruff"
 	@echo "make lock       re-pin requirements.txt from requirements.in"
@@ -65,8 +67,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check addnorm_lib tests benchmarks
 
+# The venv's bin first on PATH: JupyterLab's terminals then run the course's python.
 lab: $(STAMP)
-	$(BIN)/jupyter lab exercises
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab exercises
+
+OUT ?= grades
+grade: $(STAMP)
+	@test -n "$(NB)" || { echo "usage: make grade NB=exercises/layernorm.ipynb [OUT=grades]" >&2; exit 2; }
+	@$(BIN)/python -m addnorm_lib.grading $(NB) --out $(OUT)
 
 exercises: $(STAMP)
 	$(BIN)/python -m addnorm_lib.authoring.release

@@ -120,12 +120,24 @@ def stub_solutions(solution, name: str = "notebook"):
     return stubbed
 
 
+def lock(cell) -> None:
+    """Jupyter's own cell locks, as nbgrader's release sets them: no nbgrader cell can be deleted,
+    and only answer cells can be edited (test and read-only cells cannot)."""
+    meta = cell.metadata.get("nbgrader")
+    if not meta:
+        return
+    cell.metadata["deletable"] = False
+    if meta.get("locked") or not meta.get("solution"):
+        cell.metadata["editable"] = False
+
+
 def release(solution, name: str = "notebook"):
     """The exercise notebook for a solution notebook (a new notebook; the input is unchanged)."""
     exercise = stub_solutions(solution, name)
     for index, cell in enumerate(exercise.cells):
         if cell.cell_type == "code" and HIDDEN_BEGIN in cell.source:
             cell.source = strip_hidden_tests(cell.source, f"{name}, cell {index}")
+        lock(cell)
     return exercise
 
 

@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         report.write_reports(outdir, list(grades.values()), assignments, box.describe())
         grade_all(todo, assignments, box, outdir, grades)
     if len(submissions) == 1:
-        print(report.points_table(next(iter(grades.values()))))
+        (grade,) = grades.values()
+        print(report.points_table(grade, report.feedback_path(outdir, grade.submission)))
     else:
         print(report.summary(list(grades.values()), box.warm_kernels_forked, outdir))
     return 0

@@ -16,6 +16,7 @@ import io
 import json
 import re
 import sys
+import textwrap
 from functools import cache
 from pathlib import Path
 
@@ -181,8 +182,22 @@ def printable(text: str) -> str:
     return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
-def points_table(grade: Grade) -> str:
-    """A submission's points as a text table, with each failure's first line (printable)."""
+TABLE_WIDTH = 100  # columns of the terminal table; diagnoses wrap within it
+INDENT = " " * 6
+
+
+def diagnosis(message: str) -> str:
+    """The line of a failure message that says what is wrong: the named mistake when a check
+    recognised one (its message reads "<where>: <what> is wrong.", the diagnosis, the hint),
+    else the first line."""
+    lines = [line for line in message.splitlines() if line.strip()]
+    named = len(lines) > 1 and lines[0].endswith(" is wrong.") and not lines[1].startswith("Hint:")
+    return lines[1] if named else (lines[0] if lines else "")
+
+
+def points_table(grade: Grade, feedback: Path | None = None) -> str:
+    """A submission's points as a text table: per test cell its points and status and, below a
+    failed one, its diagnosis in full (wrapped, printable); last, where the feedback page is."""
     width = max([len(c.grade_id) for c in grade.cells] + [5])
 
     def line(name: str, points: float, max_points: float) -> str:
@@ -190,10 +205,15 @@ def points_table(grade: Grade) -> str:
 
     lines = [printable(f"{grade.submission}: {grade.status} {grade.reason}".rstrip())]
     for cell in grade.cells:
-        first = printable(cell.message.splitlines()[0]) if cell.message else ""
-        status = f"  {printable(cell.status):<8} {first[:90]}"
-        lines.append(line(cell.grade_id, cell.points, cell.max_points) + status)
+        lines.append(line(cell.grade_id, cell.points, cell.max_points) + f"  {cell.status}")
+        if cell.status != "passed" and cell.message:
+            said = printable(diagnosis(cell.message))
+            lines += textwrap.wrap(
+                said, TABLE_WIDTH, initial_indent=" " * 6, subsequent_indent=" " * 6
+            )
     lines.append(line("total", grade.total, grade.max_total))
+    if feedback is not None:
+        lines.append(f"the whole message of each test, with hints: {printable(str(feedback))}")
     return "\n".join(lines)
 
 

@@ -88,7 +88,7 @@ def test_release_clears_outputs_and_keeps_metadata():
     assert exercise.cells[0].outputs == [] and exercise.cells[0].execution_count is None
     assert "raise NotImplementedError()" in exercise.cells[0].source
     assert exercise.cells[1].source == "assert f(1) == 2"
-    assert exercise.cells[1].metadata == test.metadata
+    assert exercise.cells[1].metadata["nbgrader"] == test.metadata["nbgrader"]
     assert exercise.cells[2].source == release.MARKDOWN_STUB
     assert "return x + 1" in solution.cells[0].source, "the solution notebook must not change"
 
@@ -140,3 +140,35 @@ def test_unreadable_solution_is_a_clear_error(tmp_path, capsys):
     (tmp_path / "broken.ipynb").write_text("{ not json")
     assert release.main(["--solutions", str(tmp_path), "--exercises", str(tmp_path / "out")]) == 2
     assert "broken.ipynb: not a readable notebook" in capsys.readouterr().err
+
+
+def test_test_cells_are_locked_as_the_notebooks_say_and_answers_stay_editable():
+    """Jupyter's own locks, as nbgrader's release sets them: "test cells are locked" holds."""
+    answer = new_code_cell(ANSWER, metadata=nbgrader("f", solution=True))
+    test = new_code_cell(TEST, metadata=nbgrader("test_f", grade=True, locked=True, points=2))
+    readonly = new_markdown_cell("Setup.", metadata=nbgrader("setup", locked=True))
+    prose = new_markdown_cell("Free text.")
+    exercise = release.release(notebook(answer, test, readonly, prose), "demo.ipynb")
+    meta = [cell.metadata for cell in exercise.cells]
+    assert meta[0]["deletable"] is False and "editable" not in meta[0]
+    assert meta[1]["deletable"] is False and meta[1]["editable"] is False
+    assert meta[2]["deletable"] is False and meta[2]["editable"] is False
+    assert "deletable" not in meta[3] and "editable" not in meta[3]
+
+
+def test_every_test_cell_of_the_shipped_exercises_is_locked():
+    for path in sorted((ROOT / "exercises").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        assert tests, path
+        for cell in tests:
+            assert cell.metadata.get("editable") is False, (path.name, cell.metadata)
+            assert cell.metadata.get("deletable") is False, (path.name, cell.metadata)
+
+
+def test_every_exercise_prints_a_scoring_command_for_itself():
+    """The command works as printed from the course folder, whatever the terminal's Python."""
+    for path in sorted((ROOT / "exercises").glob("*.ipynb")):
+        text = "\n".join(cell.source for cell in nbformat.read(path, as_version=4).cells)
+        assert f"make grade NB=exercises/{path.name}" in text, path.name
+        assert "python -m addnorm_lib.grading" not in text, path.name

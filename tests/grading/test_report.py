@@ -86,15 +86,37 @@ def test_a_saved_grade_is_read_back_for_resume(assignment, tmp_path):
     assert page.name.startswith("class_a__ada.ipynb~") and page.suffix == ".html"
 
 
-def test_the_points_table_lines_up_points_and_first_lines(assignment):
+CONTEXT = "layer_norm, on a 2-D (N, C) = (4, 5) input with square weights (so that axes coincide)"
+NAMED = (
+    "You normalized over the batch axis (axis 0): LayerNorm takes one mean and variance per "
+    "example, over its features (the last axis), whatever the batch size is."
+)
+
+
+def test_the_points_table_shows_each_failures_diagnosis_in_full_and_the_feedback_page(
+    assignment, tmp_path
+):
+    """The context line alone says where, not what: the table shows the named mistake."""
     grade = full_marks(assignment)
-    grade.cells[0] = CellGrade(FORWARD, 0, 3, "failed", "CheckFailed: batch axis\ndetails")
-    table = report.points_table(grade)
-    assert "details" not in table  # the first line of a message only
+    message = f"{CONTEXT}: y is wrong.\n{NAMED}\nHint: reduce over axis -1."
+    grade.cells[0] = CellGrade(FORWARD, 0, 3, "failed", message)
+    page = report.feedback_path(tmp_path, grade.submission)
+    table = report.points_table(grade, page)
     lines = table.split("\n")
     assert lines[0] == "ada.ipynb: ok"
-    assert lines[1] == "  test_layer_norm               0/3  failed   CheckFailed: batch axis"
-    assert lines[-1] == "  total                        7/10"
+    assert lines[1] == "  test_layer_norm               0/3  failed"
+    assert " ".join(line.strip() for line in lines[2:4]) == NAMED  # in full, wrapped
+    assert all(len(line) <= report.TABLE_WIDTH for line in lines[:-1])
+    assert "Hint" not in table and CONTEXT not in table
+    assert lines[-2] == "  total                        7/10" and lines[-1].endswith(str(page))
+
+
+def test_without_a_named_mistake_the_table_shows_the_first_line():
+    message = f"{CONTEXT}: y differs from the reference by up to 0.05.\nHint: look at eps."
+    assert report.diagnosis(message) == message.splitlines()[0]
+    assert report.diagnosis("ValueError: shapes (4,) and (5,) differ") == (
+        "ValueError: shapes (4,) and (5,) differ"
+    )
 
 
 def test_progress_is_one_line_per_submission_in_a_log(assignment, capsys):
@@ -181,8 +203,8 @@ def test_control_characters_never_reach_the_terminal(assignment, capsys, tmp_pat
         assert all(ch.isprintable() for line in lines for ch in line), repr(text)
     table = printed[0].split("\n")
     assert table[0].startswith("ada\\x1b]0;owned\\x07\\x1b[2J\\x9b31m\\r\\x00\\x7f\\u202e\\n.ipynb")
-    assert len(table) == 2 + len(grade.cells)  # a name or message cannot add lines
-    assert "ValueError: red\\x1b]0;owned" in table[1]
+    assert len(table) == 3 + len(grade.cells)  # one diagnosis: a message cannot add more lines
+    assert "ValueError: red\\x1b]0;owned" in table[2]
 
 
 def test_printable_keeps_ordinary_text():
