@@ -3,8 +3,10 @@
 The instructor's notebooks (``solutions/``) are read once into :class:`Assignment` objects: their
 answer cells stubbed, their tests and hidden tests kept, with the points and the checks of every
 test cell. A submission is read, matched with its assignment, and *assembled*: the graded notebook
-is the instructor's, with only the student's answer cells put in. Nothing the student wrote outside
-answer cells runs, and no metadata of theirs (points, ids, markers) has any say.
+is the instructor's, with only the student's answer cells put in (and any cell of their own that
+defines an answer's function again before its test, as a notebook run from the top would use it).
+Nothing else the student wrote outside answer cells runs, and no metadata of theirs (points, ids,
+markers) has any say.
 """
 
 import ast
@@ -299,17 +301,68 @@ def answer_source(student, grade_id: str, cell_id: str | None) -> str | None:
     return None
 
 
+def defined_names(source: str) -> set[str]:
+    """The functions and classes a cell defines at its top level (none if it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return {node.name for node in tree.body if isinstance(node, kinds)}
+
+
+def learner_definitions(
+    student, names_of: dict[str, set[str]], answer_ids: set[str]
+) -> dict[str, list[int]]:
+    """grade_id -> the student's own code cells (their indexes) that define again one of the
+    names of that answer cell, after it and before the next test cell, as a notebook run from
+    the top would use them (the last definition before the test is the one it tests)."""
+    found, current = {}, None
+    for index, cell in enumerate(student.cells):
+        meta = cell.get("metadata", {}).get("nbgrader")
+        if isinstance(meta, dict) and meta.get("grade_id"):
+            current = meta["grade_id"] if meta["grade_id"] in names_of else None
+            continue
+        ours = cell.get("cell_type") == "code" and cell.get("id") not in answer_ids
+        code = str(cell.get("source", "")) if ours else ""
+        if current and defined_names(code) & names_of[current]:
+            found.setdefault(current, []).append(index)
+    return found
+
+
+LEARNER_CELL = "\n\n# --- your cell {index}, after the answer cell: graded with it ---\n"
+
+
 def assemble(assignment: Assignment, student) -> tuple[nbformat.NotebookNode, list[str]]:
-    """The graded notebook, and notes on what could not be taken from the submission."""
+    """The graded notebook, and notes on what could not be taken from the submission.
+
+    An answer is the student's answer cell, followed by any cell of their own that defines one
+    of its names again before the next test (a learner who left the stub and wrote the function
+    in a new cell below it): a notebook run from the top tests that definition, so the grader
+    does too, and says so in a note.
+    """
     graded = nbformat.from_dict(json.loads(json.dumps(assignment.graded_base)))
     notes = []
-    for cell in graded.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if not (meta.get("solution") and cell.cell_type == "code"):
-            continue
-        source = answer_source(student, meta["grade_id"], assignment.answers[meta["grade_id"]])
+    answer_cells = [
+        cell
+        for cell in graded.cells
+        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code"
+    ]
+    names_of = {c.metadata["nbgrader"]["grade_id"]: defined_names(c.source) for c in answer_cells}
+    extra = learner_definitions(student, names_of, set(assignment.answers.values()))
+    for cell in answer_cells:
+        grade_id = cell.metadata["nbgrader"]["grade_id"]
+        source = answer_source(student, grade_id, assignment.answers[grade_id])
         if source is None:
-            notes.append(f"answer cell {meta['grade_id']!r} is missing: graded as unanswered")
+            notes.append(f"answer cell {grade_id!r} is missing: graded as unanswered")
             continue
+        for index in extra.get(grade_id, []):
+            source += LEARNER_CELL.format(index=index + 1) + str(student.cells[index].source)
+            names = ", ".join(sorted(defined_names(str(student.cells[index].source))))
+            notes.append(
+                f"cell {index + 1} of your notebook defines {names} again after the answer "
+                f"cell {grade_id!r}: it was graded with that answer, as running your notebook "
+                "from the top would. Next time, write your answer in the answer cell itself."
+            )
         cell.source = NBVAL_MARKER.sub("", source)  # nbval skip/raises markers have no say here
     return graded, notes

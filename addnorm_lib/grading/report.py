@@ -204,6 +204,8 @@ def points_table(grade: Grade, feedback: Path | None = None) -> str:
         return f"  {printable(name):<{width}}  {f'{points:g}/{max_points:g}':>7}"
 
     lines = [printable(f"{grade.submission}: {grade.status} {grade.reason}".rstrip())]
+    for note in grade.notes:
+        lines += textwrap.wrap(printable(f"note: {note}"), TABLE_WIDTH, subsequent_indent=INDENT)
     for cell in grade.cells:
         lines.append(line(cell.grade_id, cell.points, cell.max_points) + f"  {cell.status}")
         if cell.status != "passed" and cell.message:

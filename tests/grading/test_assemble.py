@@ -12,6 +12,7 @@ import pytest
 from addnorm_lib.grading import assemble
 from tests.conftest import EXERCISES, ROOT, SOLUTIONS
 from tests.grading.conftest import FORWARD, LAYER_NORM_CELL, SOLUTION, answer_cell, solution_with
+from tests.inprocess import grade_in_process
 
 # Finding what a test cell checks
 
@@ -123,6 +124,44 @@ def test_only_answer_cells_come_from_the_student(assignment):
     graded_answer = answer_cell(graded, "layer_norm").source
     assert graded_answer.strip() == "def layer_norm(x, g, b, eps=1e-5): ..."
     assert "checks.check_layer_norm(layer_norm, seed=2024)" in answer_cell(graded, FORWARD).source
+
+
+def written_in_a_new_cell(after: str) -> nbformat.NotebookNode:
+    """The exercise with the stub left alone and the solution's layer_norm in a new cell of the
+    learner's, inserted right after the cell ``after`` (a grade_id)."""
+    student = nbformat.read(ROOT / "exercises" / "layernorm.ipynb", as_version=4)
+    solution = answer_cell(nbformat.read(SOLUTION, as_version=4), "layer_norm").source
+    mine = nbformat.v4.new_code_cell("import numpy as np\n\n" + solution)
+    student.cells.insert(student.cells.index(answer_cell(student, after)) + 1, mine)
+    return student
+
+
+def test_an_answer_written_in_a_new_cell_below_the_stub_is_graded_and_said(assignment):
+    """As running the notebook from the top would (and nbgrader does): the last definition
+    before the test is the one tested."""
+    student = written_in_a_new_cell(after="layer_norm")
+    graded, notes = assemble.assemble(assignment, student)
+    source = answer_cell(graded, "layer_norm").source
+    assert source.index("raise NotImplementedError") < source.index("mean = x.mean(")
+    assert len(notes) == 1 and "defines layer_norm again" in notes[0] and "'layer_norm'" in notes[0]
+    result = grade_in_process(student, "layernorm")
+    points = {cell.grade_id: cell.points for cell in result.cells}
+    assert points[FORWARD] == 3, result.cells
+
+
+def test_a_definition_after_the_test_cell_is_not_graded(assignment):
+    """Run from the top, the test sees the stub: a definition after it does not count."""
+    student = written_in_a_new_cell(after=FORWARD)
+    graded, notes = assemble.assemble(assignment, student)
+    assert notes == [] and "mean = x.mean(" not in answer_cell(graded, "layer_norm").source
+
+
+def test_a_cell_of_the_learners_that_defines_nothing_graded_does_not_run(assignment):
+    student = nbformat.read(ROOT / "exercises" / "layernorm.ipynb", as_version=4)
+    index = student.cells.index(answer_cell(student, "layer_norm")) + 1
+    student.cells.insert(index, nbformat.v4.new_code_cell("checks = None\ndef helper(): ..."))
+    graded, notes = assemble.assemble(assignment, student)
+    assert notes == [] and "checks = None" not in nbformat.writes(graded)
 
 
 def test_an_answer_is_found_by_cell_id_when_its_metadata_is_gone(assignment):

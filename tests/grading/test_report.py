@@ -111,6 +111,13 @@ def test_the_points_table_shows_each_failures_diagnosis_in_full_and_the_feedback
     assert lines[-2] == "  total                        7/10" and lines[-1].endswith(str(page))
 
 
+def test_the_points_table_shows_the_notes_on_what_was_graded(assignment):
+    grade = full_marks(assignment)
+    note = "cell 9 of your notebook defines layer_norm again after the answer cell"
+    grade.notes = [note]
+    assert report.points_table(grade).split("\n")[1] == f"note: {note}"
+
+
 def test_without_a_named_mistake_the_table_shows_the_first_line():
     message = f"{CONTEXT}: y differs from the reference by up to 0.05.\nHint: look at eps."
     assert report.diagnosis(message) == message.splitlines()[0]
