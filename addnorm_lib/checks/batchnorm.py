@@ -225,8 +225,26 @@ def check_batch_norm_backward(batch_norm_backward, seed: int = 0) -> None:
 #                              track_running_stats=True)
 
 CHANNELS = 4
-# configuration name: constructor keyword arguments
-MODULE_CONFIGS = {"default": {}, "momentum=0.3, eps=0.01": {"momentum": 0.3, "eps": 0.01}}
+# configuration name: constructor keyword arguments. Every option torch's BatchNorm1d takes.
+MODULE_CONFIGS = {
+    "default": {},
+    "momentum=0.3, eps=0.01": {"momentum": 0.3, "eps": 0.01},
+    "momentum=None": {"momentum": None},
+    "affine=False": {"affine": False},
+    "track_running_stats=False": {"track_running_stats": False},
+}
+# what each option means, said when a scenario of that configuration fails
+CONFIG_HINTS = {
+    "momentum=None": "momentum=None means a cumulative moving average: after adding 1 to "
+    "num_batches_tracked, the new batch weighs 1 / num_batches_tracked.",
+    "affine=False": "affine=False: no learnable weight and bias (register them as None, so that "
+    "state_dict has neither); y is x_hat itself.",
+    "track_running_stats=False": "track_running_stats=False: no running estimates (running_mean, "
+    "running_var and num_batches_tracked are None), so eval mode normalizes with the batch's own "
+    "statistics too.",
+}
+# the configurations whose scenarios the numpy catalogue of mistakes can name
+NAMED_CONFIGS = ("default", "momentum=0.3, eps=0.01")
 # one step of the scenario: (description, module.training, torch.is_grad_enabled(), input shape)
 SCENARIO = (
     ("a (8, 4) batch in training mode", True, True, (8, CHANNELS)),
@@ -237,6 +255,13 @@ SCENARIO = (
 )
 BUFFERS = ("running_mean", "running_var", "num_batches_tracked")
 STATE_KEYS = ("weight", "bias", *BUFFERS)
+
+
+def scenario_steps(config: str) -> list[int]:
+    """The steps of :data:`SCENARIO` a configuration runs: without running estimates, eval mode
+    uses batch statistics, which a batch of one value per channel does not have."""
+    tracks = MODULE_CONFIGS[config].get("track_running_stats", True)
+    return [i for i, (_, _, _, shape) in enumerate(SCENARIO) if tracks or np.prod(shape) > shape[1]]
 
 
 def module_state(seed: int = 0) -> dict:
@@ -255,6 +280,11 @@ def scenario_inputs(seed: int = 0) -> list[np.ndarray]:
     """The float64 input of each step of :data:`SCENARIO`, in order (shapes as listed there)."""
     rng = np.random.default_rng(seed + 23)
     return [rng.normal(1.0, 2.0, shape) for _, _, _, shape in SCENARIO]
+
+
+def _grad_fn(value) -> bool:
+    """Whether ``value`` is a tensor that autograd recorded (it has a grad_fn)."""
+    return getattr(value, "grad_fn", None) is not None
 
 
 def observe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
@@ -278,13 +308,17 @@ def observe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
         }
 
     def loaded(config):
-        module = cls(CHANNELS, **MODULE_CONFIGS[config]).double()
-        module.load_state_dict(state)
+        kwargs = MODULE_CONFIGS[config]
+        module = cls(CHANNELS, **kwargs).double()
+        keys = torch.nn.BatchNorm1d(CHANNELS, **kwargs).state_dict()  # torch's, for this config
+        module.load_state_dict({k: v for k, v in state.items() if k in keys})
         return module
 
     def run_scenario(config):
-        module, records = loaded(config), []
-        for (_, training, grad_enabled, _), x in zip(SCENARIO, scenario_inputs(seed), strict=True):
+        module, records, inputs = loaded(config), [], scenario_inputs(seed)
+        for step in scenario_steps(config):
+            _, training, grad_enabled, _ = SCENARIO[step]
+            x = inputs[step]
             module.train(training)
             with torch.set_grad_enabled(grad_enabled), guard():
                 y = module(torch.from_numpy(x.copy()))
@@ -301,6 +335,22 @@ def observe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
         grads = {"input": x.grad, "weight": module.weight.grad, "bias": module.bias.grad}
         return {k: None if g is None else g.numpy() for k, g in grads.items()}
 
+    def buffers():  # after a training step whose input requires grad, gradients on
+        module = loaded("default").train()
+        x = torch.from_numpy(scenario_inputs(seed)[0].copy()).requires_grad_(True)
+        with guard():
+            module(x)
+        registered = dict(module.named_buffers())
+        parameters = dict(module.named_parameters())
+        return {
+            k: [
+                k in registered,
+                k in parameters,
+                getattr(getattr(module, k, None), "grad_fn", None) is not None,
+            ]
+            for k in BUFFERS
+        }
+
     def round_trip():  # after a training step; the judge loads it into torch.nn.BatchNorm1d
         module = loaded("default").train()
         with guard():
@@ -311,6 +361,7 @@ def observe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
     for config in MODULE_CONFIGS:
         observations[f"scenario:{config}"] = observe(run_scenario, (config,), {})
     observations["gradients"] = observe(gradients, (), {})
+    observations["buffers"] = observe(buffers, (), {})
     observations["round_trip"] = observe(round_trip, (), {})
     return observations
 
@@ -344,11 +395,15 @@ DESCRIPTION = {
 }
 # What each step of the scenario records
 STEP = dict.fromkeys(("y", *BUFFERS), PLAIN)
+# For each buffer: [a registered buffer, a parameter, has a grad_fn after a training step]
+BUFFER_FACTS = MapOf(ListOf(bool))
 # What only the kernel knows: a record can fail on it, never earn a point by it
 UNVERIFIED = {
     "check_batch_norm_module": (
         "BatchNorm1d subclasses torch.nn.Module, not torch's BatchNorm",
         NOT_CALLING_TORCH_NORMS,
+        "running_mean, running_var and num_batches_tracked are buffers, not parameters, and "
+        "their updates are not recorded by autograd",
     )
 }
 
@@ -384,18 +439,62 @@ def _judge_module_describe(observation: Observation, reference: Observation) -> 
             )
 
 
+def _judge_buffers(observation: Observation, reference: Observation) -> None:
+    """Running statistics are buffers (saved, moved with .to(), never trained), updated outside
+    autograd (else every step's graph is kept alive through them)."""
+    __tracebackhide__ = True
+    if observation.error:
+        fail(
+            f"BatchNorm1d, on a training step whose input requires grad, raised {observation.error}"
+        )
+    conform(observation.value, BUFFER_FACTS, "buffers")
+    for name in BUFFERS:
+        is_buffer, is_parameter, has_grad_fn = (observation.value.get(name) or [False] * 3)[:3]
+        if is_parameter:
+            fail(
+                f"BatchNorm1d registers {name} as a Parameter: an optimizer would train it and "
+                f"parameters() lists it.\nHint: self.register_buffer({name!r}, ...)."
+            )
+        if not is_buffer:
+            fail(
+                f"BatchNorm1d's {name} is not a registered buffer, so state_dict, .to() and "
+                ".double() do not handle it as torch's.\nHint: "
+                f"self.register_buffer({name!r}, ...)."
+            )
+        if has_grad_fn:
+            fail(
+                f"After a training step whose input requires grad, BatchNorm1d's {name} has a "
+                "grad_fn: its update was recorded by autograd, so each step's graph stays alive "
+                "through it.\nHint: update the running statistics under torch.no_grad(), or "
+                "from the detached batch statistics (mean.detach())."
+            )
+    assert reference.value == {k: [True, False, False] for k in BUFFERS}
+
+
 def _judge_scenario(config: str, records, reference, seed: int) -> None:
     __tracebackhide__ = True
     state = module_state(seed)
     kwargs = {"momentum": 0.1, "eps": 1e-5, **MODULE_CONFIGS[config]}
     previous = {k: state[k] for k in ("running_mean", "running_var")}
-    steps = zip(SCENARIO, scenario_inputs(seed), records, reference, strict=True)
-    for (description, training, grad_enabled, _), x, mine, theirs in steps:
+    inputs = scenario_inputs(seed)
+    chosen = [(SCENARIO[i], inputs[i]) for i in scenario_steps(config)]
+    steps = zip(chosen, records, reference, strict=True)
+    for ((description, training, grad_enabled, _), x), mine, theirs in steps:
         case = Case(
             f"{description} (BatchNorm1d({CHANNELS}{_config_args(config)}) loaded "
             "from a torch state_dict, after the steps before it)",
             (),
+            hint=CONFIG_HINTS.get(config, ""),
         )
+        if theirs["running_mean"] is None:  # no running estimates in this configuration
+            for key in BUFFERS:
+                if mine[key] is not None:
+                    fail(
+                        f"BatchNorm1d, on {case.description}: {key} should be None, as in "
+                        f"torch.\nHint: {case.hint}"
+                    )
+            compare(mine["y"], np.asarray(theirs["y"]), name="BatchNorm1d", what="y", case=case)
+            continue
         mistake_args = (
             x,
             state["weight"],
@@ -403,7 +502,7 @@ def _judge_scenario(config: str, records, reference, seed: int) -> None:
             previous["running_mean"],
             previous["running_var"],
             training,
-            kwargs["momentum"],
+            kwargs["momentum"] if kwargs["momentum"] is not None else 0.1,
             kwargs["eps"],
         )
         if not training:
@@ -425,7 +524,7 @@ def _judge_scenario(config: str, records, reference, seed: int) -> None:
                 name="BatchNorm1d",
                 what=key,
                 case=case,
-                mistakes=_module_mistakes(grad_enabled),
+                mistakes=_module_mistakes(grad_enabled) if config in NAMED_CONFIGS else (),
                 mistake_args=mistake_args,
                 pick=lambda out, i=index: out[i],
             )
@@ -463,17 +562,19 @@ def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:
                 "tensor operations (mean, var, sqrt)."
             )
         if observation.error:
+            hint = f"\nHint: {CONFIG_HINTS[config]}" if config in CONFIG_HINTS else ""
             fail(
                 f"BatchNorm1d({CHANNELS}{_config_args(config)}), loaded from a torch "
-                f"state_dict and run in training and eval mode, raised {observation.error}"
+                f"state_dict and run in training and eval mode, raised {observation.error}{hint}"
             )
         conform(observation.value, ListOf(STEP), "scenario")
-        if len(observation.value) != len(SCENARIO):
+        if len(observation.value) != len(scenario_steps(config)):
             incomplete("BatchNorm1d")
         _judge_scenario(config, observation.value, reference[f"scenario:{config}"].value, seed)
     checked.append(
         "loads torch's state_dict and matches it over training steps (2-D and 3-D, "
-        "under no_grad too) and in eval mode, outputs and running statistics"
+        "under no_grad too) and in eval mode, outputs and running statistics, with every "
+        "constructor option: momentum=None, affine=False, track_running_stats=False"
     )
     checked.append("follows module.training, not torch.is_grad_enabled()")
     judge_gradients(
@@ -483,6 +584,8 @@ def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:
         "an (8, 4) batch in training mode",
     )
     checked.append("gradients of input, weight and bias match torch's in training mode")
+    _judge_buffers(observations["buffers"], reference["buffers"])
+    checked.append("running statistics are buffers, updated outside autograd")
     judge_round_trip(
         observations["round_trip"], torch.nn.BatchNorm1d(CHANNELS, dtype=torch.float64)
     )

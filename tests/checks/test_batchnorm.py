@@ -107,8 +107,14 @@ def learner_batch_norm_1d(
     batch_stats_in_eval=False,
     count=True,
     call_torch=False,
+    momentum_none_as_default=False,
+    ignores_affine=False,
+    ignores_tracking=False,
+    stats_as_parameters=False,
+    recorded_update=False,
 ):
-    """A hand-written BatchNorm1d, right unless one flag says otherwise."""
+    """A hand-written BatchNorm1d with every option of torch's, right unless a flag says
+    otherwise (each flag is a mistake a learner makes)."""
 
     class BatchNorm1d(torch.nn.Module):
         def __init__(
@@ -116,11 +122,26 @@ def learner_batch_norm_1d(
         ):
             super().__init__()
             self.eps, self.momentum = eps, momentum
-            self.weight = torch.nn.Parameter(torch.ones(num_features))
-            self.bias = torch.nn.Parameter(torch.zeros(num_features))
-            self.register_buffer("running_mean", torch.zeros(num_features))
-            self.register_buffer("running_var", torch.ones(num_features))
-            self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+            self.affine = affine or ignores_affine
+            self.tracking = track_running_stats or ignores_tracking
+            if self.affine:
+                self.weight = torch.nn.Parameter(torch.ones(num_features))
+                self.bias = torch.nn.Parameter(torch.zeros(num_features))
+            else:
+                self.register_parameter("weight", None)
+                self.register_parameter("bias", None)
+            stats = {
+                "running_mean": torch.zeros(num_features),
+                "running_var": torch.ones(num_features),
+                "num_batches_tracked": torch.tensor(0, dtype=torch.long),
+            }
+            for name, value in stats.items():
+                if not self.tracking:
+                    self.register_buffer(name, None)
+                elif stats_as_parameters and name != "num_batches_tracked":
+                    setattr(self, name, torch.nn.Parameter(value, requires_grad=False))
+                else:
+                    self.register_buffer(name, value)
 
         def forward(self, x):
             if call_torch:
@@ -129,22 +150,32 @@ def learner_batch_norm_1d(
             shape = (1, -1) + (1,) * (x.dim() - 2)
             axes = (0, *range(2, x.dim()))
             training = torch.is_grad_enabled() if mode_from_grad else self.training
-            if training or batch_stats_in_eval:
+            if training or batch_stats_in_eval or not self.tracking:
                 mean = x.mean(dim=axes)
                 var = x.var(dim=axes, unbiased=False)
             else:
                 mean, var = self.running_mean, self.running_var
-            if training or update_in_eval:
+            if (training or update_in_eval) and self.tracking:
                 n = x.numel() // x.shape[1]
                 batch_mean, batch_var = x.mean(dim=axes), x.var(dim=axes, unbiased=False)
                 running = batch_var if biased_running else batch_var * n / (n - 1)
-                m = 1 - self.momentum if reversed_momentum else self.momentum
-                with torch.no_grad():
-                    self.running_mean.mul_(1 - m).add_(m * batch_mean)
-                    self.running_var.mul_(1 - m).add_(m * running)
-                    if count:
+                if count:
+                    with torch.no_grad():
                         self.num_batches_tracked += 1
+                m = self.momentum
+                if m is None:
+                    m = 0.1 if momentum_none_as_default else 1.0 / float(self.num_batches_tracked)
+                m = 1 - m if reversed_momentum else m
+                if recorded_update:
+                    self.running_mean = (1 - m) * self.running_mean + m * batch_mean
+                    self.running_var = (1 - m) * self.running_var + m * running
+                else:
+                    with torch.no_grad():
+                        self.running_mean.mul_(1 - m).add_(m * batch_mean)
+                        self.running_var.mul_(1 - m).add_(m * running)
             x_hat = (x - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + self.eps)
+            if not self.affine:
+                return x_hat
             return x_hat * self.weight.reshape(shape) + self.bias.reshape(shape)
 
     return BatchNorm1d
@@ -164,6 +195,11 @@ def test_a_hand_written_module_passes():
         ("batch_stats_in_eval", "normalized with the batch's own statistics"),
         ("count", "num_batches_tracked"),
         ("call_torch", "torch's own normalization function"),
+        ("momentum_none_as_default", "cumulative moving average"),
+        ("ignores_affine", "affine=False"),
+        ("ignores_tracking", "track_running_stats=False: no running estimates"),
+        ("stats_as_parameters", "as a Parameter"),
+        ("recorded_update", "grad_fn"),
     ],
 )
 def test_each_module_mistake_is_rejected_and_named(flag, phrase):

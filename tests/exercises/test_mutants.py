@@ -265,7 +265,7 @@ BATCHNORM_MUTANTS = [
         "per feature (axis 0)",
     ),
     batchnorm(
-        "one-pass variance",
+        "BatchNorm: one-pass variance",
         "batch_norm",
         (
             (
@@ -277,21 +277,21 @@ BATCHNORM_MUTANTS = [
         "E[x^2] - E[x]^2",
     ),
     batchnorm(
-        "eps outside the square root",
+        "BatchNorm: eps outside the square root",
         "batch_norm",
         (("np.sqrt(var.reshape(shape) + eps)", "(np.sqrt(var.reshape(shape)) + eps)"),),
         "test_batch_norm",
         "eps outside the square root",
     ),
     batchnorm(
-        "forgot gamma",
+        "BatchNorm: forgot gamma",
         "batch_norm",
         (("return gamma.reshape(shape) * x_hat + beta", "return x_hat + beta"),),
         "test_batch_norm",
         "You left out gamma",
     ),
     batchnorm(
-        "dgamma from x instead of x_hat",
+        "BatchNorm: dgamma from x instead of x_hat",
         "batch_norm_backward",
         (("dgamma = (dy * x_hat).sum(axis=axes)", "dgamma = (dy * x).sum(axis=axes)"),),
         "test_batch_norm_backward",
@@ -303,6 +303,25 @@ BATCHNORM_MUTANTS = [
         (("dx_hat - mean_term - var_term", "dx_hat - var_term"),),
         "test_batch_norm_backward",
         "the term that comes from the batch mean",
+    ),
+    batchnorm(
+        "BatchNorm1d: momentum=None taken as 0.1",
+        "batch_norm_module",
+        (("else 1.0 / float(self.num_batches_tracked)", "else 0.1"),),
+        "test_batch_norm_module",
+        "cumulative moving average",
+    ),
+    batchnorm(
+        "BatchNorm1d: running statistics updated under autograd",
+        "batch_norm_module",
+        (
+            (
+                "with torch.no_grad():\n                self.num_batches_tracked",
+                "if True:\n                self.num_batches_tracked",
+            ),
+        ),
+        "test_batch_norm_module",
+        "grad_fn",
     ),
     batchnorm(
         "mode from torch.is_grad_enabled()",
