@@ -114,13 +114,33 @@ def _error_text(err: BaseException) -> str:
     return text if len(text) <= ERROR_LIMIT else text[:ERROR_LIMIT] + " ..."
 
 
+def is_tensor(value) -> bool:
+    """Whether ``value`` is a torch tensor (checked without importing torch)."""
+    return type(value).__module__.startswith("torch") and hasattr(value, "detach")
+
+
+def copied(arg):
+    """A copy of a numpy array or torch tensor argument (the tensor detached, as the caller's
+    own would be: a function that changes it in place is seen doing so); anything else as is."""
+    if isinstance(arg, np.ndarray):
+        return np.array(arg, copy=True)
+    return arg.detach().clone() if is_tensor(arg) else arg
+
+
+def as_array(value):
+    """A numpy array or tensor argument as a numpy array (what is recorded of it); else None."""
+    if isinstance(value, np.ndarray):
+        return value
+    return value.detach().cpu().numpy() if is_tensor(value) else None
+
+
 def observe(fn: Callable, args: Sequence, kwargs: dict):
-    """Call ``fn(*args, **kwargs)`` on copies of the arrays and record what happened.
+    """Call ``fn(*args, **kwargs)`` on copies of the arrays and tensors; record what happened.
 
     The copies are recorded after the call (:attr:`Observation.inputs`), for the judge to see
     whether the function modified them.
     """
-    copies = [np.array(a, copy=True) if isinstance(a, np.ndarray) else a for a in args]
+    copies = [copied(a) for a in args]
     try:
         value = fn(*copies, **kwargs)
     except NotImplementedError as err:
@@ -129,7 +149,7 @@ def observe(fn: Callable, args: Sequence, kwargs: dict):
         observation = Observation(error=_error_text(err))
     else:
         observation = Observation(plain(value), type(value).__name__)
-    observation.inputs = [c if isinstance(c, np.ndarray) else None for c in copies]
+    observation.inputs = [as_array(c) for c in copies]
     return observation
 
 
@@ -233,7 +253,7 @@ def judged_calls(
 
 
 def modified_argument(observation: Observation, case: Case) -> int | None:
-    """The position of the first array argument the call changed, judged here, or None.
+    """The position of the first array or tensor argument the call changed, judged here, or None.
 
     The observation recorded each argument after the call; each must be an array of the case's
     shape and dtype (else the record is malformed), equal to the case's own, drawn by the judge.
@@ -242,8 +262,9 @@ def modified_argument(observation: Observation, case: Case) -> int | None:
     after = observation.inputs
     if not isinstance(after, list) or len(after) != len(case.args):
         malformed("inputs")
-    for index, (original, passed) in enumerate(zip(case.args, after, strict=True)):
-        if not isinstance(original, np.ndarray):
+    for index, (argument, passed) in enumerate(zip(case.args, after, strict=True)):
+        original = as_array(argument)
+        if original is None:
             continue
         if not (
             isinstance(passed, np.ndarray)

@@ -31,6 +31,7 @@ from addnorm_lib.checks._core import (
 from addnorm_lib.checks._record import run_check
 
 D_MODEL, HEADS, FFN = 8, 2, 16
+BLOCK_OBSERVATIONS = ("keys", "fresh", "loaded", "input_after")
 BLOCK_KEYS_HINT = (
     "Keep the sublayers you are given as self.self_attn and self.ffn, and name the two "
     "LayerNorms norm1 and norm2, as torch.nn.TransformerEncoderLayer does."
@@ -94,10 +95,14 @@ def observe_block(cls, seed: int = 0) -> dict:
         with torch.no_grad():
             return block(x.clone())
 
-    return {
-        name: observe(step, (), {})
-        for name, step in [("keys", keys), ("fresh", fresh_output), ("loaded", loaded_output)]
-    }
+    def input_after():  # gradients on, as in training: the caller's x after one call
+        x = block_parts(seed)[0]
+        build()(x)
+        return x
+
+    steps = [("keys", keys), ("fresh", fresh_output), ("loaded", loaded_output)]
+    steps.append(("input_after", input_after))
+    return {name: observe(step, (), {}) for name, step in steps}
 
 
 def _token_statistics(y: np.ndarray) -> tuple[float, float]:
@@ -112,8 +117,8 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
     from addnorm_lib.reference import mistakes, placement
 
     name = "PostLNBlock" if post else "PreLNBlock"
-    expect_keys(name, observations, ("keys", "fresh", "loaded"))
-    for key in ("keys", "fresh", "loaded"):
+    expect_keys(name, observations, BLOCK_OBSERVATIONS)
+    for key in BLOCK_OBSERVATIONS:
         observation = observations[key]
         if observation.not_implemented:
             fail(f"{name} is not implemented yet: replace the stub with your code.")
@@ -191,6 +196,14 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
         type_name=observations["loaded"].type_name,
     )
     checked.append("matches the reference with norm1 and norm2 set apart")
+    after = observations["input_after"].value
+    if not (isinstance(after, np.ndarray) and np.array_equal(after, x.numpy())):
+        fail(
+            f"{name} changed its input x in place (with gradients on, as in training): the "
+            "caller's tensor is not what it passed in, and autograd may need the original.\n"
+            "Hint: write x = x + self.self_attn(...), which makes a new tensor, not x += ...."
+        )
+    checked.append("leaves its input unchanged")
     return passed(name, checked)
 
 

@@ -76,3 +76,15 @@ def test_describing_a_call_refuses_an_unknown_architecture_with_the_known_ones()
     known = r"architecture must be one of \['decoder-only', 'encoder-decoder', 'encoder-only'\]"
     with pytest.raises(ValueError, match=known + ", got 'encoder'"):
         deepnorm_checks._describe_constants_call("encoder", 6, 0, None)
+
+
+def test_a_residual_step_that_scales_its_input_in_place_is_caught():
+    """Right output, but the caller's x comes back multiplied by alpha."""
+
+    def deepnorm_residual(x, sublayer, norm, alpha):
+        branch = sublayer(x)
+        x.mul_(alpha)
+        return norm(x + branch)
+
+    with pytest.raises(checks.CheckFailed, match="in place"):
+        checks.check_deepnorm_residual(deepnorm_residual)

@@ -121,3 +121,25 @@ def test_schedule_mistakes_are_named(check, mistake):
 def test_a_schedule_returning_a_tensor_is_told_to_return_a_float():
     with pytest.raises(checks.CheckFailed, match="return a float"):
         checks.check_vaswani_lr(lambda step, d_model, warmup=4000: torch.tensor(1.0))
+
+
+@pytest.mark.parametrize("block", ["PreLNBlock", "PostLNBlock"])
+def test_a_block_that_changes_its_input_in_place_is_caught(block):
+    """Right output, but the caller's x is changed: found with gradients on, no clone."""
+    reference = getattr(placement, block)
+    post = block == "PostLNBlock"
+
+    class InPlace(reference):
+        def forward(self, x):
+            if post:
+                x += self.self_attn(x)
+                x.copy_(self.norm1(x))
+                x += self.ffn(x)
+                return self.norm2(x)
+            x += self.self_attn(self.norm1(x))
+            x += self.ffn(self.norm2(x))
+            return x
+
+    check = checks.check_post_ln_block if post else checks.check_pre_ln_block
+    with pytest.raises(checks.CheckFailed, match="changed its input x in place"):
+        check(InPlace)
