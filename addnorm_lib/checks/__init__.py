@@ -53,7 +53,7 @@ JUDGES = {
 }
 UNVERIFIED = {
     name: claims
-    for module in (layernorm, batchnorm, rmsnorm)
+    for module in (layernorm, batchnorm, rmsnorm, deepnorm)
     for name, claims in module.UNVERIFIED.items()
 }
 

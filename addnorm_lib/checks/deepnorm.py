@@ -272,7 +272,30 @@ def observe_deepnorm_init(deepnorm_init_, seed: int = 0) -> dict:
         deepnorm_init_(layer, beta)
         return {k: v.detach().numpy().copy() for k, v in layer.state_dict().items()}
 
-    return {f"beta={beta}": observe(run, (beta,), {}) for beta in INIT_BETAS}
+    def kept():  # is each parameter still the same object (an optimizer built before holds it)?
+        layer = init_layer(seed)
+        before = dict(layer.named_parameters())
+        deepnorm_init_(layer, INIT_BETAS[0])
+        after = dict(layer.named_parameters())
+        return {name: after.get(name) is parameter for name, parameter in before.items()}
+
+    observations = {f"beta={beta}": observe(run, (beta,), {}) for beta in INIT_BETAS}
+    observations["same_parameters"] = observe(kept, (), {})
+    return observations
+
+
+def _judge_same_parameters(observation) -> None:
+    """Scaling must keep each Parameter object: a new one is unknown to an optimizer made before."""
+    __tracebackhide__ = True
+    kept = judge_call(observation, "deepnorm_init_", Case("a LayerParts(16, 2, 32) layer", ()))
+    conform(kept, MapOf(bool), "same_parameters")
+    replaced = sorted(name for name, same in kept.items() if not same)
+    if replaced:
+        fail(
+            f"deepnorm_init_ replaced {', '.join(replaced)} with new Parameter objects: an "
+            "optimizer built before it still holds the old ones, and would never train the "
+            "scaled weights.\nHint: scale in place, with torch.no_grad(): weight.mul_(beta)."
+        )
 
 
 def _judge_init_state(state: dict, original: dict, beta: float) -> None:
@@ -327,20 +350,29 @@ def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
     Raises CheckFailed naming the first weight scaled wrongly; else returns the summary.
     """
     __tracebackhide__ = True
-    expect_keys("deepnorm_init_", observations, [f"beta={beta}" for beta in INIT_BETAS])
+    expected = [f"beta={beta}" for beta in INIT_BETAS] + ["same_parameters"]
+    expect_keys("deepnorm_init_", observations, expected)
     original = {k: v.detach().numpy() for k, v in init_layer(seed).state_dict().items()}
     for beta in INIT_BETAS:
         case = Case(f"a LayerParts(16, 2, 32) layer with beta = {beta}", (beta,))
         observation = observations[f"beta={beta}"]
         _judge_init_state(judge_call(observation, "deepnorm_init_", case), original, beta)
+    _judge_same_parameters(observations["same_parameters"])
     return passed(
         "deepnorm_init_",
         [
             "scales ffn.fc1, ffn.fc2, self_attn.v_proj and self_attn.out_proj by beta, in place",
             "leaves the query and key projections, the biases and the norms unchanged",
+            "keeps every Parameter object (an optimizer made before still trains them)",
             f"for beta in {INIT_BETAS}",
         ],
     )
+
+
+# What only the kernel knows: a record can fail on it, never earn a point by it
+UNVERIFIED = {
+    "check_deepnorm_init": ("deepnorm_init_ keeps every Parameter object of the layer",),
+}
 
 
 def check_deepnorm_init(deepnorm_init_, seed: int = 0) -> None:

@@ -336,7 +336,7 @@ def check_pre_ln_stack(cls, seed: int = 0) -> None:
 VASWANI_CALLS = [(step, 512, 4000) for step in (1, 100, 3999, 4000, 4001, 100_000)]
 VASWANI_CALLS += [(50, 64, 10), (7, 1024, 1)]
 # (step, peak_lr, warmup)
-RSQRT_CALLS = [(step, 1e-3, 100) for step in (1, 50, 100, 400)]
+RSQRT_CALLS = [(step, 1e-3, 100) for step in (1, 50, 99, 100, 101, 400)]  # each side of the peak
 RSQRT_CALLS += [(10_000, 3e-4, 1000), (5, 0.1, 1)]
 
 

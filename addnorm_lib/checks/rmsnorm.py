@@ -183,6 +183,9 @@ HALF_INPUTS = {
     "bfloat16": ("bfloat16", "bfloat16 input", 3.0),
 }
 HALF_TOLERANCE = 1e-2  # about 2 units in the last place of bfloat16, 5 of float16 near 1
+# A float64 input this small (mean square about 1e-9) shows which eps eps=None means: float64's
+# machine epsilon (2.2e-16) changes nothing, a fixed 1e-6 or float32's (1.2e-7) a lot.
+TINY = 1e-5
 
 
 def _config_call(config: str) -> str:
@@ -274,6 +277,9 @@ def observe_rms_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True)
         )
     observations["forward:float32"] = observe(
         lambda: forward(loaded("default").float(), tensor(inputs["x32"].copy())), (), {}
+    )
+    observations["forward:float64_tiny"] = observe(
+        lambda: forward(loaded("default"), tensor(inputs["x"] * TINY)), (), {}
     )
     for name in HALF_INPUTS:
         observations[f"half:{name}"] = observe(half, (name,), {})
@@ -440,7 +446,7 @@ def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
     inputs = module_inputs(seed)
     checked = []
 
-    def forward(config, description, atol=1e-8):
+    def forward(config, description, atol=1e-8, hint=""):
         key = f"forward:{config}"
         observation = _forward_value(observations, key, description)
         eps = MODULE_CONFIGS.get(config, (0, {}))[1].get("eps", np.finfo(np.float64).eps)
@@ -451,7 +457,7 @@ def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
             reference[key].value,
             name="RMSNorm",
             what="the output",
-            case=Case(description, (), atol=atol, rtol=1e-6 if atol < 1e-6 else 0.0),
+            case=Case(description, (), atol=atol, rtol=1e-6 if atol < 1e-6 else 0.0, hint=hint),
             mistakes=known,
             mistake_args=(inputs["x"], weight, eps),
             type_name=observation.type_name,
@@ -467,6 +473,13 @@ def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
     for name in HALF_INPUTS:
         _judge_half(observations, reference, name, seed)
     checked.append("float16 and bfloat16 inputs: computed in float32, cast back, as torch")
+    forward(
+        "float64_tiny",
+        f"a float64 (B, T, C) input of tiny values (RMS about {TINY * 2.4:.0e}), with eps=None",
+        hint="eps=None means the machine epsilon of the input's dtype: "
+        "torch.finfo(x.dtype).eps, 2.2e-16 for float64, not a fixed 1e-6 or float32's 1.2e-7.",
+    )
+    checked.append("eps=None is the input dtype's machine epsilon (float64 here)")
     judge_gradients(
         observations["gradients"], reference["gradients"], "RMSNorm", "a float64 (B, T, C) input"
     )

@@ -88,3 +88,17 @@ def test_a_residual_step_that_scales_its_input_in_place_is_caught():
 
     with pytest.raises(checks.CheckFailed, match="in place"):
         checks.check_deepnorm_residual(deepnorm_residual)
+
+
+def test_an_initializer_that_replaces_parameters_is_caught():
+    """Right values, but new Parameter objects: an optimizer made before holds the old ones."""
+
+    def deepnorm_init_(layer, beta):
+        from addnorm_lib.reference.deepnorm import DEEPNORM_SCALED
+
+        for path in DEEPNORM_SCALED:
+            module = layer.get_submodule(path)
+            module.weight = torch.nn.Parameter(module.weight.detach() * beta)
+
+    with pytest.raises(checks.CheckFailed, match=r"replaced .* with new Parameter objects"):
+        checks.check_deepnorm_init(deepnorm_init_)

@@ -1,5 +1,7 @@
 """The placement checks accept the reference and name each mistake (blocks, stack, schedules)."""
 
+import math
+
 import pytest
 import torch
 from torch import nn
@@ -143,3 +145,14 @@ def test_a_block_that_changes_its_input_in_place_is_caught(block):
     check = checks.check_post_ln_block if post else checks.check_pre_ln_block
     with pytest.raises(checks.CheckFailed, match="changed its input x in place"):
         check(InPlace)
+
+
+def test_a_schedule_whose_branch_ends_one_step_early_is_caught():
+    """The step just before warm-up ends is checked: an off-by-one branch shows there."""
+
+    def warmup_rsqrt_lr(step, peak_lr, warmup):
+        rising = step < warmup - 1
+        return peak_lr * (step / warmup if rising else math.sqrt(warmup / step))
+
+    with pytest.raises(checks.CheckFailed, match="step=99"):
+        checks.check_warmup_rsqrt_lr(warmup_rsqrt_lr)

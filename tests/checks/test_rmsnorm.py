@@ -14,7 +14,7 @@ def test_references_pass(capsys):
     checks.check_rms_norm_module(nn.RMSNorm)
     out = capsys.readouterr().out
     assert "✓ rms_norm passed 6 checks" in out
-    assert "✓ RMSNorm passed 9 checks" in out
+    assert "✓ RMSNorm passed 10 checks" in out
 
 
 def _with_reference_dx(mistake):
@@ -86,6 +86,18 @@ class LlamaOrder(nn.RMSNorm):
         return y if self.weight is None else y * self.weight
 
 
+class Float32Eps(nn.RMSNorm):
+    """Right in half precision (computed in float32, float32's eps), but takes eps=None as
+    float32's eps for float64 input too: only a float64 input of tiny values shows it."""
+
+    def forward(self, x):
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        eps = torch.finfo(torch.float32).eps if self.eps is None else self.eps
+        ms = (xf * xf).mean(_dims(self), keepdim=True)
+        y = xf * torch.rsqrt(ms + eps)
+        return (y if self.weight is None else y * self.weight).to(x.dtype)
+
+
 class Centered(nn.RMSNorm):
     def forward(self, x):
         return super().forward(x - x.mean(-1, keepdim=True))
@@ -112,6 +124,7 @@ class WithBias(nn.RMSNorm):
     [
         (NoUpcast, "matches computing the whole norm in float16"),
         (HalfEps, "you used torch.finfo(float16).eps"),
+        (Float32Eps, "eps=None means the machine epsilon of the input's dtype"),
         (NoCastBack, "the output has dtype float32, but the input was float16"),
         (Centered, "You subtracted the mean"),
         (NoWeight, "You left out the weight"),
