@@ -1,11 +1,13 @@
 """Solution notebooks pass under the grader; every graded cell of every released exercise fails."""
 
+import itertools
+
 import nbformat
 import pytest
 
 from addnorm_lib.authoring import release
 from addnorm_lib.grading import pipeline as grade
-from tests.conftest import EXERCISES, SOLUTIONS
+from tests.conftest import EXERCISES, ROOT, SOLUTIONS
 
 pytestmark = pytest.mark.slow
 
@@ -52,3 +54,42 @@ def test_exercise_reveals_no_solution_or_hidden_test(path):
     text = path.read_text(encoding="utf-8")
     for marker in (release.SOLUTION_BEGIN, release.HIDDEN_BEGIN, release.HIDDEN_END):
         assert marker not in text
+
+
+EXERCISE_TITLES = {
+    "residuals": "residual",
+    "layernorm": "LayerNorm",
+    "batchnorm": "BatchNorm",
+    "rmsnorm": "RMSNorm",
+    "deepnorm": "DeepNorm",
+    "placement": "placement",
+}
+
+
+def toc_files(caption: str) -> list[str]:
+    """The file stems of a part of _toc.yml, in order (a part's chapters and their sections)."""
+    import yaml
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    (part,) = [p for p in toc["parts"] if p["caption"] == caption]
+    files = []
+    for chapter in part["chapters"]:
+        files += [chapter["file"], *(s["file"] for s in chapter.get("sections", []))]
+    return [f.split("/")[-1] for f in files]
+
+
+def test_each_exercise_points_to_the_next_in_the_table_of_contents():
+    order = [name for name in toc_files("Exercises") if name in EXERCISE_TITLES]
+    assert order[:3] == ["residuals", "layernorm", "batchnorm"]  # LayerNorm first: derived there
+    for current, following in itertools.pairwise(order):
+        nb = nbformat.read(ROOT / "exercises" / f"{current}.ipynb", as_version=4)
+        (done,) = [c.source for c in nb.cells if "## Done?" in c.source]
+        assert f"the {EXERCISE_TITLES[following]} exercise" in done, (current, done)
+        others = set(EXERCISE_TITLES.values()) - {EXERCISE_TITLES[following]}
+        assert not any(f"Next, the {title} exercise" in done for title in others), current
+
+
+def test_the_book_teaches_the_norms_in_the_order_of_the_exercises():
+    chapters = [name for name in toc_files("Normalization") if name in EXERCISE_TITLES]
+    exercises = [name for name in toc_files("Exercises") if name in chapters]
+    assert chapters == exercises
