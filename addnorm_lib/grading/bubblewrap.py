@@ -5,7 +5,8 @@ The process inside sees a minimal read-only root and nothing else of the host:
 - ``/usr`` (and the ``/bin``, ``/lib``, ... links into it), the Python installation, the virtual
   environment's packages, and the course's library, with ``addnorm_lib/reference`` replaced by an
   empty folder. The rest of the course (solutions, tests, the book, reports) is simply absent;
-- its own ``/proc``, a minimal ``/dev``, private ``/tmp`` and ``/dev/shm``;
+- its own ``/proc``, read-only (``/proc/sys`` checks the host uid, which is the grader's), a
+  minimal ``/dev``, private ``/tmp`` and ``/dev/shm``;
 - its home and working folder, an empty tmpfs of capped size, seen by no other process;
 - one folder shared with the grader, the *exchange*: the kernel's connection file and IPC
   sockets, and the checks' records. Nothing else of the grader's (the graded notebook with its
@@ -110,7 +111,10 @@ def bubblewrap_argv(
     argv += ["--ro-bind", "/usr", "/usr"]
     for link in usr_links():
         argv += link
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    # /proc read-only: the sandbox's user is the grader's on the host (root, when it runs as root),
+    # and /proc/sys checks that uid, not capabilities (core_pattern would run a program as root).
+    argv += ["--proc", "/proc", "--remount-ro", "/proc"]
+    argv += ["--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
     for path in whitelist.read_only:
         argv += ["--ro-bind", str(path), str(path)]
     for path in whitelist.hidden:

@@ -11,7 +11,6 @@ Nothing here decides points: that is :mod:`~addnorm_lib.grading.judge`'s work.
 
 import contextlib
 import json
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import nbformat
 
 from addnorm_lib.grading._pytest_runner import kill_marked, run_pytest, start_fork_server
-from addnorm_lib.grading.sandbox import RUN_MARKER, Sandbox, SubmissionFolders
+from addnorm_lib.grading.sandbox import RUN_MARKER, Sandbox, SubmissionFolders, temporary_folder
 from addnorm_lib.grading.settings import Settings
 
 
@@ -91,5 +90,5 @@ def run_graded(graded, workdir: Path, sandbox: Sandbox, settings: Settings) -> E
 @contextlib.contextmanager
 def executed(graded, sandbox: Sandbox, settings: Settings) -> Iterator[Execution]:
     """Run a graded notebook in a fresh folder of the sandbox; it is removed at exit."""
-    with tempfile.TemporaryDirectory(prefix="submission-", dir=sandbox.run_folder) as workdir:
-        yield run_graded(graded, Path(workdir), sandbox, settings)
+    with temporary_folder("submission-", sandbox.run_folder) as workdir:
+        yield run_graded(graded, workdir, sandbox, settings)

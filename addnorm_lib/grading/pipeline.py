@@ -39,6 +39,7 @@ could not run.
 """
 
 import hashlib
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -167,6 +168,12 @@ UNPROTECTED = (
 )
 
 
+AS_ROOT = (
+    "grading as root: the sandbox's user is root on this machine, without capabilities and "
+    "with /proc read-only; grade as an unprivileged user where you can (see the threat model)"
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: grade, write the reports, print a summary; the exit status."""
     paths, settings = parse_command_line(argv)
@@ -192,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         elif box.group_problem:
             warn(f"no group limits ({box.group_problem}): each kernel process has its own limits")
+        if not problem and os.geteuid() == 0:
+            warn(AS_ROOT)
         report.write_reports(outdir, list(grades.values()), assignments, box.describe())
         grade_all(todo, assignments, box, outdir, grades)
     if len(submissions) == 1:

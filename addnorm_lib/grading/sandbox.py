@@ -23,6 +23,7 @@ unless told to (see :mod:`~.pipeline`).
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -262,6 +263,32 @@ def warm_kernels(run_folder: Path, settings: Settings) -> Iterator[dict]:
             process.wait()
 
 
+def remove_tree(path: Path) -> None:
+    """Remove a folder that kernels wrote in, however they filled it.
+
+    ``shutil.rmtree`` recurses once per level: a folder a few thousand levels deep (a kernel can
+    make one) raises RecursionError half-way. Then ``rm -rf``, which does not recurse on the stack
+    (and, like rmtree, never follows a link), removes the rest.
+    """
+    try:
+        shutil.rmtree(path)
+    except FileNotFoundError:
+        return
+    except (OSError, RecursionError):
+        command = ["rm", "-rf", "--one-file-system", "--", str(path)]
+        subprocess.run(command, capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def temporary_folder(prefix: str, base: str | Path | None) -> Iterator[Path]:
+    """A new private folder under ``base`` (mode 0700), removed with :func:`remove_tree`."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    try:
+        yield folder
+    finally:
+        remove_tree(folder)
+
+
 SHARED_MEMORY = Path("/dev/shm")
 
 
@@ -283,9 +310,8 @@ def open_sandbox(settings: Settings, warm: bool = False) -> Iterator[Sandbox]:
     """
     problem = sandbox_problem(settings)
     group_problem = cgroups.cgroup_problem() if problem is None else "no sandbox"
-    with tempfile.TemporaryDirectory(prefix="addnorm-grading-", dir=run_folder_base()) as folder:
-        os.chmod(folder, 0o700)
-        box = Sandbox(settings, Path(folder), problem, group_problem)
+    with temporary_folder("addnorm-grading-", run_folder_base()) as folder:
+        box = Sandbox(settings, folder, problem, group_problem)
         if not (warm and box.isolated):
             yield box
             return
