@@ -20,7 +20,10 @@ starts the kernel the grader's way and fixes nbval behaviours that a grader cann
 Results carry the cell's code-cell ordinal, id and nbgrader metadata, not nbval's item names.
 """
 
+import contextlib
 import json
+import os
+import stat
 import time
 from pathlib import Path
 from queue import Empty
@@ -58,21 +61,51 @@ def _await_reply_watching(self, msg_id, timeout=None):
             return
 
 
-def kernel_starter(exchange: Path, home: Path):
-    """nbval's ``start_new_kernel``, over IPC sockets in ``exchange``, the kernel in ``home``."""
+SOCKET_PREFIX = "kernel"  # sockets at FOLDER/kernel-PORT, as ``_launch`` tells the kernel
+CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+LINK_POLL_SECONDS = 0.01
+
+
+def link_sockets(manager, exchange: Path, private: Path, timeout: float) -> None:
+    """Hard-link each socket the kernel binds in ``exchange`` into ``private``, where the
+    grader's client connects (retrying until the link exists).
+
+    A hard link names the socket itself: whatever the kernel later puts at its path in the
+    exchange (a link to another socket of the machine, say), the grader reaches that socket or
+    none. Called before any student code runs: what is there now is the kernel's own socket.
+    """
+    pending = {manager.get_connection_info()[name] for name in CHANNELS}
+    deadline = time.monotonic() + timeout
+    while pending:
+        for port in sorted(pending):
+            bound = exchange / f"{SOCKET_PREFIX}-{port}"
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(os.lstat(bound).st_mode):
+                    os.link(bound, private / f"{SOCKET_PREFIX}-{port}", follow_symlinks=False)
+                    pending.discard(port)
+        if pending and (time.monotonic() > deadline or not manager.is_alive()):
+            raise RuntimeError(f"{KERNEL_DIED} or never bound its sockets")
+        time.sleep(LINK_POLL_SECONDS if pending else 0)
+
+
+def kernel_starter(exchange: Path, home: Path, private: Path):
+    """nbval's ``start_new_kernel``: the kernel in ``home``, binding its IPC sockets in
+    ``exchange`` (``_launch`` gives it that connection file); the grader connecting through
+    links to them in ``private`` (:func:`link_sockets`)."""
 
     def start_new_kernel(startup_timeout=60, kernel_name="python", **kwargs):
         manager = KernelManager(
             kernel_name=kernel_name,
             kernel_spec_manager=NbvalKernelspecManager(),
             transport="ipc",
-            ip=str(exchange / "kernel"),
-            connection_file=str(exchange / "kernel.json"),
+            ip=str(private / SOCKET_PREFIX),
+            connection_file=str(private / "kernel.json"),
         )
         manager.start_kernel(**{**kwargs, "cwd": str(home)})
         client = manager.client()
-        client.start_channels()
         try:
+            link_sockets(manager, exchange, private, startup_timeout)
+            client.start_channels()
             client.wait_for_ready(timeout=startup_timeout)
         except RuntimeError:
             client.stop_channels()
@@ -140,7 +173,8 @@ def pytest_configure(config):
     exchange = config.getoption("--addnorm-exchange")
     if exchange:
         home = Path(config.getoption("--addnorm-home") or exchange)
-        nbval.kernel.start_new_kernel = kernel_starter(Path(exchange), home)
+        private = Path(path).parent  # the records' folder: the grader's alone
+        nbval.kernel.start_new_kernel = kernel_starter(Path(exchange), home, private)
     config.pluginmanager.register(GradeRecorder(path), "addnorm-grade-recorder")
 
 

@@ -107,10 +107,18 @@ def group_limits(settings: Settings) -> cgroups.GroupLimits:
     return cgroups.GroupLimits(settings.memory_mb * 2**20, MAX_PROCESSES, cpus)
 
 
+def launched(folders: SubmissionFolders, procs: list[Path], command: list[str]) -> list[str]:
+    """``command`` started by ``_launch``: in the cgroup of ``procs`` (if any), with a connection
+    file of the kernel's own in the exchange."""
+    launcher = [sys.executable, "-I", "-S", _launch.__file__, str(folders.exchange)]
+    return [*launcher, *map(str, procs), "--", *command]
+
+
 def sandboxed_argv(
     settings: Settings, folders: SubmissionFolders, procs: list[Path], zygote: Path | None = None
 ) -> list:
-    """The kernelspec's command line: join the cgroup (if any), then the kernel in bubblewrap.
+    """The kernelspec's command line: the launcher (the cgroup, if any, and the kernel's own
+    connection file), then the kernel in bubblewrap.
 
     With a ``zygote`` socket, the kernel in bubblewrap is a stand-in for a warm kernel forked
     from the zygote (``_warm_kernels``), reached through a connection made outside.
@@ -121,8 +129,7 @@ def sandboxed_argv(
     if zygote is not None:
         kernel = [*WARM_SCRIPT, "standin", _warm_kernels.FD_PLACEHOLDER]
     argv = bubblewrap.bubblewrap_argv(whitelist, [*kernel, "-f", "{connection_file}"], env)
-    if procs:
-        argv = [sys.executable, "-I", "-S", _launch.__file__, *map(str, procs), "--", *argv]
+    argv = launched(folders, procs, argv)
     if zygote is not None:
         argv = [*WARM_SCRIPT, "launch", str(zygote), "--", *argv]
     return argv
@@ -198,7 +205,7 @@ class Sandbox:
                 procs = cgroup.procs_files if cgroup else []
                 argv = sandboxed_argv(self.settings, folders, procs, self.zygote)
             else:
-                argv = [*KERNEL_COMMAND, "-f", "{connection_file}"]
+                argv = launched(folders, [], [*KERNEL_COMMAND, "-f", "{connection_file}"])
             write_kernelspec(folders.private, argv)
             yield KERNEL_NAME
         finally:

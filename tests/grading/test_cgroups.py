@@ -69,7 +69,8 @@ def test_limit_files_say_the_same_limits_in_both_versions():
 
 def run_in_cgroup(group: cgroups.Cgroup, code: str, timeout: float = 60):
     """Run Python ``code`` in ``group``, joined by the kernel's launcher."""
-    argv = [sys.executable, "-I", "-S", _launch.__file__, *map(str, group.procs_files), "--"]
+    launcher = [sys.executable, "-I", "-S", _launch.__file__, tempfile.gettempdir()]
+    argv = [*launcher, *map(str, group.procs_files), "--"]
     argv += [sys.executable, "-c", textwrap.dedent(code)]
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
 
@@ -139,8 +140,8 @@ def test_memory_is_capped_for_all_the_processes_together(group):
 
 @NEEDS_CGROUPS
 def test_removing_a_cgroup_kills_what_is_left_in_it(group):
-    argv = [sys.executable, "-I", "-S", _launch.__file__, *map(str, group.procs_files), "--"]
-    left = subprocess.Popen([*argv, "sleep", "600"])
+    launcher = [sys.executable, "-I", "-S", _launch.__file__, tempfile.gettempdir()]
+    left = subprocess.Popen([*launcher, *map(str, group.procs_files), "--", "sleep", "600"])
     try:
         for _ in range(100):
             if group.pids():
@@ -156,7 +157,8 @@ def test_removing_a_cgroup_kills_what_is_left_in_it(group):
 def test_a_launcher_that_cannot_join_does_not_start_the_command(tmp_path):
     marker = tmp_path / "ran"
     missing = tmp_path / "no-such-cgroup" / "cgroup.procs"
-    argv = [sys.executable, "-I", "-S", _launch.__file__, str(missing), "--", "touch", str(marker)]
+    launcher = [sys.executable, "-I", "-S", _launch.__file__, str(tmp_path)]
+    argv = [*launcher, str(missing), "--", "touch", str(marker)]
     completed = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert completed.returncode != 0 and "cannot join" in completed.stderr
     assert not marker.exists()

@@ -231,11 +231,14 @@ def test_a_self_incriminating_report_still_fails(assignment, tmp_path):
     assert cell.points == 0 and "subclasses torch.nn.LayerNorm" in cell.message
 
 
-def test_every_check_with_unverified_claims_is_a_module_check():
+def test_every_check_with_unverified_claims_is_a_torch_check():
+    """What only the kernel can say about torch objects (a module's class, its buffers, an
+    initializer's Parameter objects) is listed, so that it can fail a cell and never earn one."""
     assert set(checks.UNVERIFIED) == {
         "check_layer_norm_module",
         "check_rms_norm_module",
         "check_batch_norm_module",
+        "check_deepnorm_init",
     }
     assert set(checks.UNVERIFIED) <= set(checks.JUDGES)
     assert batchnorm.UNVERIFIED["check_batch_norm_module"]

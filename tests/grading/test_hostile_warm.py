@@ -21,11 +21,11 @@ zygote), skipped where ``bubblewrap_problem()`` says that the sandbox cannot be 
   ``shutil.rmtree`` (Python 3.11) recurses once per level: before the grader removed its folders
   with a fallback to ``rm -rf``, the submission's row said ``error``, the command exited 1 and
   the exchange stayed in ``/dev/shm`` after the run;
-- *a link for the grader's client* (a known limit, marked xfail): the kernel closes its stdin
-  channel and puts a link to the host's listener where its IPC socket was. The grader's ZeroMQ
-  client, outside the sandbox, reconnects through the link: the kernel makes the grader connect to
-  a Unix socket of the host of its choice (the client sends only ZeroMQ's greeting, and nothing
-  comes back to the kernel).
+- *a link for the grader's client*: the kernel closes its stdin channel and puts a link to the
+  host's listener where its IPC socket was. The grader's ZeroMQ client reconnects by path: when it
+  connected through the exchange, it followed the link, so a kernel could make the grader connect
+  to a Unix socket of the host of its choice. It now connects through hard links to the kernel's
+  sockets in its private folder, made before any student code runs.
 
 The host is never harmed: nothing is written to ``/proc/sys``; the listener is this test's own;
 whatever the deep exchange leaves behind is removed (only folders that hold this run's marker).
@@ -221,11 +221,6 @@ def test_a_deep_exchange_is_removed(warm_run):
     assert warm_run.left_behind == [], [str(path) for path in warm_run.left_behind]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the grader's ZeroMQ client reconnects through a link a kernel puts in its exchange: "
-    "it connects to any Unix socket of the host",
-)
 def test_the_grader_connects_to_no_host_socket_for_a_kernel(warm_run):
     assert SUBMISSIONS["client-link"] in warm_run.rows, warm_run.stderr[-3000:]
     assert warm_run.heard == [], warm_run.heard

@@ -44,7 +44,9 @@ def test_the_private_folder_is_the_graders_alone_and_apart_from_the_kernels(fold
 def test_a_sandboxed_kernel_starts_in_bubblewrap_sharing_only_the_exchange(tmp_path, folders):
     with box(tmp_path).kernel(folders) as name:
         argv = kernelspec(folders)
-    assert name == sandbox.KERNEL_NAME and argv[0] == "bwrap"
+    launcher = [sys.executable, "-I", "-S", _launch.__file__]
+    assert name == sandbox.KERNEL_NAME and argv[:4] == launcher
+    argv = argv[argv.index("bwrap") :]
     assert argv[-5:] == [*PLAIN_KERNEL, "-f", "{connection_file}"]
     writable = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--bind"]
     assert writable == [str(folders.exchange.resolve())]
@@ -54,13 +56,19 @@ def test_a_sandboxed_kernel_starts_in_bubblewrap_sharing_only_the_exchange(tmp_p
 def test_with_a_cgroup_the_launcher_joins_it_before_bubblewrap_starts(tmp_path, folders):
     procs = [tmp_path / "memory" / "cgroup.procs", tmp_path / "pids" / "cgroup.procs"]
     argv = sandbox.sandboxed_argv(Settings(), folders, procs)
-    assert argv[:4] == [sys.executable, "-I", "-S", _launch.__file__]
-    assert argv[4:7] == [*map(str, procs), "--"] and argv[7] == "bwrap"
+    assert argv[:5] == [sys.executable, "-I", "-S", _launch.__file__, str(folders.exchange)]
+    assert argv[5:8] == [*map(str, procs), "--"] and argv[8] == "bwrap"
 
 
 def test_without_the_sandbox_the_kernel_starts_plainly(tmp_path, folders):
     with box(tmp_path, problem="--no-sandbox was given").kernel(folders):
-        assert kernelspec(folders) == [*PLAIN_KERNEL, "-f", "{connection_file}"]
+        argv = kernelspec(folders)
+    assert argv[-4:] == ["--", *PLAIN_KERNEL, "-f", "{connection_file}"][-4:]
+    assert "bwrap" not in argv and argv[argv.index("--") + 1 :] == [
+        *PLAIN_KERNEL,
+        "-f",
+        "{connection_file}",
+    ]
 
 
 def test_no_sandbox_is_a_choice_the_instructor_makes_explicitly():
@@ -114,6 +122,6 @@ def test_a_sandbox_owns_a_short_private_run_folder_for_its_lifetime(monkeypatch,
 def test_each_kernel_gets_a_cgroup_that_goes_with_it(tmp_path, folders):
     opened = sandbox.Sandbox(Settings(), tmp_path, None, None)
     with opened.kernel(folders):
-        procs = [Path(p) for p in kernelspec(folders)[4:] if p.endswith("cgroup.procs")]
+        procs = [Path(p) for p in kernelspec(folders)[5:] if p.endswith("cgroup.procs")]
         assert procs and all(path.exists() for path in procs)
     assert not any(path.parent.exists() for path in procs)
