@@ -236,6 +236,14 @@ class LayerNorm(nn.Module):
         )
 
 
+def _check_eps(eps: float, batch_statistics: bool) -> None:
+    """torch's checks of BatchNorm's eps: positive with batch statistics, else non-negative."""
+    if batch_statistics and eps <= 0:
+        raise ValueError(f"batch_norm eps must be positive during training, but got {eps}")
+    if eps < 0:
+        raise ValueError(f"batch_norm eps must be non-negative, but got {eps}")
+
+
 class BatchNorm1d(nn.Module):
     """Drop-in twin of ``torch.nn.BatchNorm1d`` for inputs ``(N, C)`` or ``(N, C, L)``.
 
@@ -323,17 +331,23 @@ class BatchNorm1d(nn.Module):
         """
         self._check_input(x)
         use_batch_stats = self.training or self.running_mean is None
+        _check_eps(self.eps, use_batch_stats)
         if not use_batch_stats:
             return normalize_affine(
                 x, self.running_mean, self.running_var, self.weight, self.bias, self.eps
             )
 
         n = x.shape[0] * (x.shape[2] if x.dim() == 3 else 1)  # values per channel: N * L
-        if n <= 1:  # as torch, also in eval mode without running statistics
+        if n == 1:  # as torch, also in eval mode without running statistics
             raise ValueError(
                 "Expected more than 1 value per channel when training, "
                 f"got input size {tuple(x.shape)}"
             )
+        if self.training and self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)  # as torch: an empty batch counts too
+        if n == 0:  # an empty batch: an empty output, the estimates as they were
+            return x.clone()
         mean, var = batch_norm_stats(x)  # (C,), (C,) biased
         if self.training and self.track_running_stats:
             self._update_running_stats(mean, var, n)
@@ -341,7 +355,6 @@ class BatchNorm1d(nn.Module):
 
     def _update_running_stats(self, mean: Tensor, var: Tensor, n: int) -> None:
         with torch.no_grad():
-            self.num_batches_tracked.add_(1)
             if self.momentum is None:  # cumulative average over all batches so far
                 factor = 1.0 / float(self.num_batches_tracked)
             else:

@@ -382,3 +382,42 @@ def test_batch_norm_eval_accepts_a_single_example():
     bn = ours.BatchNorm1d(3).eval()
     x = torch.randn(1, 3)
     torch.testing.assert_close(bn(x), nn.BatchNorm1d(3).eval()(x))
+
+
+# Inputs from torch's own module tests: an empty batch, and BatchNorm's eps checks.
+
+
+@pytest.mark.parametrize(
+    ("name", "shape"),
+    [
+        ("LayerNorm", (0, 4)),
+        ("LayerNorm", (2, 0, 4)),
+        ("RMSNorm", (0, 4)),
+        ("BatchNorm1d", (0, 4)),
+        ("BatchNorm1d", (0, 4, 3)),
+    ],
+)
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_an_empty_batch_behaves_as_in_torch(name, shape, training):
+    twin, theirs = getattr(ours, name)(4).train(training), getattr(torch.nn, name)(4)
+    theirs.train(training)
+    x = torch.zeros(shape)
+    assert twin(x).shape == theirs(x).shape == x.shape
+    assert twin.state_dict().keys() == theirs.state_dict().keys()
+    for key, value in theirs.state_dict().items():
+        assert torch.equal(twin.state_dict()[key], value), key  # num_batches_tracked counts it
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-5])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_batch_norm_checks_eps_as_torch(eps, training):
+    x = torch.randn(3, 4)
+    outcomes = []
+    for cls in (ours.BatchNorm1d, torch.nn.BatchNorm1d):
+        try:
+            cls(4, eps=eps).train(training)(x)
+            outcomes.append("ran")
+        except ValueError as err:
+            outcomes.append(str(err))
+    assert outcomes[0] == outcomes[1]
+    assert (outcomes[0] == "ran") == (not training and eps == 0.0)
