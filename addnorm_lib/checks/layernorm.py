@@ -43,6 +43,10 @@ from addnorm_lib.checks._torch import (
 
 # float32 input whose mean is 1e3 times its spread: a two-pass variance stays within ~1e-4 of the
 # float64 result, E[x^2] - E[x]^2 is off by ~0.1 or more (measured for 64 to 768 features).
+SQUARE_HINT = (
+    "Keep the reduced axis (keepdims=True): when N equals C, a statistic of shape (N,) "
+    "broadcasts along the features instead of the rows, without an error."
+)
 LARGE_OFFSET = 1e3
 FLOAT32_ATOL = 2e-3
 
@@ -110,6 +114,11 @@ def layer_norm_cases(seed: int = 0) -> list[Case]:
             atol=FLOAT32_ATOL,
             rtol=0.0,
         ),
+        case(
+            "a square (N, C) = (5, 5) input (N equals C)",
+            rng.normal(size=(5, 5)),
+            hint=SQUARE_HINT,
+        ),
     ]
 
 
@@ -170,6 +179,7 @@ def last_axis_backward_cases(rng, default_eps: float, parameter_hint: str) -> li
             eps=0.1,
             hint="Use the eps argument, as in the forward pass.",
         ),
+        case("a square (N, C) = (5, 5) input (N equals C)", (5, 5), hint=SQUARE_HINT),
     ]
 
 

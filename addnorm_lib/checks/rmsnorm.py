@@ -33,7 +33,7 @@ from addnorm_lib.checks._torch import (
     recorded_state,
     torch_norms_forbidden,
 )
-from addnorm_lib.checks.layernorm import DESCRIPTION, last_axis_backward_cases
+from addnorm_lib.checks.layernorm import DESCRIPTION, SQUARE_HINT, last_axis_backward_cases
 
 SHAPE_HINT = (
     "Your code must work for any number of leading axes: reduce with axis=-1 and keepdims=True, "
@@ -81,6 +81,11 @@ def rms_norm_cases(seed: int = 0) -> list[Case]:
             rng.normal(1.0, 1.0, (4, 16)).astype(np.float32),
             atol=1e-5,
             rtol=1e-5,
+        ),
+        case(
+            "a square (N, C) = (5, 5) input (N equals C)",
+            rng.normal(size=(5, 5)),
+            hint=SQUARE_HINT,
         ),
     ]
 

@@ -194,3 +194,15 @@ def test_module_mistakes_are_rejected_and_named(module, phrase):
     with pytest.raises(checks.CheckFailed) as info:
         checks.check_layer_norm_module(module)
     assert phrase in str(info.value)
+
+
+def test_a_mean_without_keepdims_is_caught_on_a_square_input():
+    """(N,) statistics broadcast along the features: an error unless N equals C, then wrong."""
+
+    def layer_norm(x, gamma, beta, eps=1e-5):
+        if x.ndim == 2 and x.shape[0] == x.shape[1]:
+            return gamma * (x - x.mean(-1)) / np.sqrt(x.var(-1) + eps) + beta
+        return norms.layer_norm(x, gamma, beta, eps)
+
+    with pytest.raises(checks.CheckFailed, match="N equals C"):
+        checks.check_layer_norm(layer_norm)
