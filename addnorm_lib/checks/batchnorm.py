@@ -21,7 +21,9 @@ from addnorm_lib.checks._core import (
     compare,
     compare_tuple,
     conform,
+    copied,
     expect_keys,
+    expect_observations,
     fail,
     incomplete,
     judge_backward,
@@ -153,9 +155,22 @@ def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+def _eval_copies(batch_norm, case: Case) -> list[bool]:
+    """Whether, in eval mode, the returned estimates are the arrays passed in (not copies)."""
+    x, gamma, beta, running_mean, running_var, _ = (copied(a) for a in case.args)
+    _, new_mean, new_var = batch_norm(x, gamma, beta, running_mean, running_var, False)
+    return [
+        isinstance(new, np.ndarray) and np.shares_memory(new, given)
+        for new, given in ((new_mean, running_mean), (new_var, running_var))
+    ]
+
+
 def observe_batch_norm(batch_norm, seed: int = 0) -> list[Observation]:
-    """Observe ``batch_norm`` on each case of :func:`batch_norm_cases`."""
-    return observe_cases(batch_norm, batch_norm_cases(seed))
+    """Observe ``batch_norm`` on each case of :func:`batch_norm_cases`, then whether in eval
+    mode it returns the running estimates themselves instead of copies (last observation)."""
+    cases = batch_norm_cases(seed)
+    eval_case = next(case for case in cases if not case.args[5])
+    return [*observe_cases(batch_norm, cases), observe(_eval_copies, (batch_norm, eval_case), {})]
 
 
 def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
@@ -164,7 +179,9 @@ def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
     from addnorm_lib.reference import mistakes, norms
 
     cases = batch_norm_cases(seed)
-    for case, observation, outputs in judged_calls("batch_norm", cases, observations, ARG_NAMES):
+    expect_observations("batch_norm", observations, len(cases) + 1)
+    *calls, aliasing = observations
+    for case, observation, outputs in judged_calls("batch_norm", cases, calls, ARG_NAMES):
         compare_tuple(
             observation,
             outputs,
@@ -175,7 +192,25 @@ def judge_batch_norm(observations: list[Observation], seed: int = 0) -> str:
             mistakes=mistakes.BATCH_NORM_MISTAKES,
             mistake_args=(*case.args, case.kwargs["momentum"], case.kwargs["eps"]),
         )
-    return passed("batch_norm", [case.description for case in cases])
+    _judge_eval_copies(aliasing)
+    checked = [case.description for case in cases]
+    return passed("batch_norm", [*checked, "in eval mode, returns copies of the running estimates"])
+
+
+def _judge_eval_copies(observation: Observation) -> None:
+    """The task asks for copies of the estimates in eval mode: the caller's arrays and the
+    returned ones must not be one array (changing one would change the other)."""
+    __tracebackhide__ = True
+    if observation.error:
+        fail(f"batch_norm, in eval mode, raised {observation.error}")
+    conform(observation.value, ListOf(bool), "eval copies")
+    for aliased, name in zip(observation.value, ("running_mean", "running_var"), strict=False):
+        if aliased:
+            fail(
+                f"batch_norm, in eval mode, returns {name} itself, not a copy: the caller's "
+                f"estimate and the returned one are the same array, so changing one changes "
+                f"the other.\nHint: return {name}.copy(), as the task asks."
+            )
 
 
 def check_batch_norm(batch_norm, seed: int = 0) -> None:
@@ -399,12 +434,13 @@ STEP = dict.fromkeys(("y", *BUFFERS), PLAIN)
 BUFFER_FACTS = MapOf(ListOf(bool))
 # What only the kernel knows: a record can fail on it, never earn a point by it
 UNVERIFIED = {
+    "check_batch_norm": ("in eval mode, batch_norm returns copies of the running estimates",),
     "check_batch_norm_module": (
         "BatchNorm1d subclasses torch.nn.Module, not torch's BatchNorm",
         NOT_CALLING_TORCH_NORMS,
         "running_mean, running_var and num_batches_tracked are buffers, not parameters, and "
         "their updates are not recorded by autograd",
-    )
+    ),
 }
 
 

@@ -11,7 +11,7 @@ from addnorm_lib.reference import mistakes, norms
 def test_references_pass(capsys):
     checks.check_batch_norm(norms.batch_norm)
     checks.check_batch_norm_backward(norms.batch_norm_backward, seed=2024)
-    assert "✓ batch_norm passed 8 checks" in capsys.readouterr().out
+    assert "✓ batch_norm passed 9 checks" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,8 @@ def spec_batch_norm(x, gamma, beta, running_mean, running_var, training, momentu
         new_mean = (1 - momentum) * running_mean + momentum * mean
         new_var = (1 - momentum) * running_var + momentum * var * n / (n - 1)
     else:
-        mean, var, new_mean, new_var = running_mean, running_var, running_mean, running_var
+        mean, var = running_mean, running_var
+        new_mean, new_var = running_mean.copy(), running_var.copy()  # copies, as the task says
     x_hat = (x - mean.reshape(channel)) / np.sqrt(var.reshape(channel) + eps)
     return gamma.reshape(channel) * x_hat + beta.reshape(channel), new_mean, new_var
 
@@ -207,3 +208,16 @@ def test_each_module_mistake_is_rejected_and_named(flag, phrase):
     with pytest.raises(checks.CheckFailed) as info:
         checks.check_batch_norm_module(learner_batch_norm_1d(**options))
     assert phrase in str(info.value), str(info.value)
+
+
+def test_returning_the_running_estimates_themselves_in_eval_mode_is_caught():
+    """The task asks for copies: the caller's arrays must not come back as the result."""
+
+    def batch_norm(x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+        y, new_mean, new_var = norms.batch_norm(
+            x, gamma, beta, running_mean, running_var, training, momentum, eps
+        )
+        return (y, running_mean, running_var) if not training else (y, new_mean, new_var)
+
+    with pytest.raises(checks.CheckFailed, match="returns running_mean itself, not a copy"):
+        checks.check_batch_norm(batch_norm)

@@ -231,10 +231,12 @@ def test_a_self_incriminating_report_still_fails(assignment, tmp_path):
     assert cell.points == 0 and "subclasses torch.nn.LayerNorm" in cell.message
 
 
-def test_every_check_with_unverified_claims_is_a_torch_check():
-    """What only the kernel can say about torch objects (a module's class, its buffers, an
-    initializer's Parameter objects) is listed, so that it can fail a cell and never earn one."""
+def test_every_check_with_unverified_claims_is_listed():
+    """What only the kernel can say (a module's class, its buffers, an initializer's Parameter
+    objects, whether arrays returned are the ones passed in) is listed, so that it can fail a
+    cell and never earn one."""
     assert set(checks.UNVERIFIED) == {
+        "check_batch_norm",
         "check_layer_norm_module",
         "check_rms_norm_module",
         "check_batch_norm_module",
