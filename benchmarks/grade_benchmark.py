@@ -62,6 +62,8 @@ def graded_notebooks(submissions: list[Path], folder: Path) -> list[Path]:
     paths = []
     for path in submissions:
         graded, _ = assemble.assemble(assignment, nbformat.read(path, as_version=4))
+        # nbval and the grader skip NBVAL_SKIP cells (the ungraded training cell): so does (a)
+        graded.cells = [cell for cell in graded.cells if "NBVAL_SKIP" not in cell.source]
         target = folder / path.name
         nbformat.write(graded, target)
         paths.append(target)

@@ -93,3 +93,15 @@ def test_the_book_teaches_the_norms_in_the_order_of_the_exercises():
     chapters = [name for name in toc_files("Normalization") if name in EXERCISE_TITLES]
     exercises = [name for name in toc_files("Exercises") if name in chapters]
     assert chapters == exercises
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_every_cell_said_to_be_skipped_is_skipped_by_nbval(path):
+    """nbval skips a cell only for a comment line that is exactly ``# NBVAL_SKIP``."""
+    from nbval.plugin import find_comment_markers
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code" and "NBVAL_SKIP" in cell.source:
+            markers = dict(find_comment_markers(cell.source))
+            assert markers.get("skip") is True, (path.name, cell.source[:80])
