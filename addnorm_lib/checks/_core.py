@@ -9,7 +9,7 @@ they probably did and how to fix it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,6 +41,8 @@ class Case:
         args: positional arguments of the function under check.
         kwargs: keyword arguments of the function under check.
         hint: said when this case fails and no known mistake matches (what this case tests).
+        output_hints: for a function that returns a tuple, hints that concern one output only
+            (``{"dgamma": ...}``): said, instead of ``hint``, when that output is wrong.
         atol, rtol: tolerance of the comparison with the reference.
     """
 
@@ -48,6 +50,7 @@ class Case:
     args: tuple
     kwargs: dict = field(default_factory=dict)
     hint: str = ""
+    output_hints: dict = field(default_factory=dict)
     atol: float = 1e-8
     rtol: float = 1e-6
 
@@ -450,12 +453,15 @@ def compare_tuple(
     per_output = bool(mistakes) and not hasattr(mistakes[0], "compute")
     for index, what in enumerate(names):
         known = mistakes[index] if per_output else mistakes
+        hinted = case
+        if case.output_hints:  # a hint about one output is said for that output only
+            hinted = replace(case, hint=case.output_hints.get(what, ""))
         compare(
             value[index],
             expected[index],
             name=name,
             what=what,
-            case=case,
+            case=hinted,
             mistakes=known,
             mistake_args=mistake_args,
             pick=lambda out, i=index: out[i],

@@ -124,16 +124,20 @@ def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
     mean, another eps."""
     rng = np.random.default_rng(seed + 21)
 
-    def case(description, shape, eps=1e-5, hint="", offset=1.0):
+    def case(description, shape, eps=1e-5, hint="", offset=1.0, params_hint=""):
         x, dy = rng.normal(offset, 2.0 if offset == 1.0 else 1.0, shape), rng.normal(size=shape)
-        return Case(description, (dy, x, rng.uniform(0.5, 2.0, shape[1])), {"eps": eps}, hint=hint)
+        # a hint about the parameters' gradients is said for them only, never for a wrong dx
+        per_output = dict.fromkeys(("dgamma", "dbeta"), params_hint) if params_hint else {}
+        gamma = rng.uniform(0.5, 2.0, shape[1])
+        return Case(description, (dy, x, gamma), {"eps": eps}, hint=hint, output_hints=per_output)
 
     return [
         case("a 2-D (N, C) = (6, 4) input", (6, 4)),
         case(
             "a 3-D (N, C, L) = (3, 4, 5) input",
             (3, 4, 5),
-            hint="dgamma and dbeta have gamma's shape (C,): sum over axis 0 and axes 2, 3, ...",
+            params_hint="dgamma and dbeta have gamma's shape (C,): sum over axis 0 and axes 2, "
+            "3, ...",
         ),
         case(
             "a 3-D (N, C, L) = (4, 3, 4) input (N equals L)",

@@ -165,14 +165,17 @@ def last_axis_backward_cases(rng, default_eps: float, parameter_hint: str) -> li
     ``parameter_hint`` is said when the 3-D case fails: how the parameter gradients are summed.
     """
 
-    def case(description, shape, eps=default_eps, hint=""):
+    def case(description, shape, eps=default_eps, hint="", params_hint=""):
         x, dy = rng.normal(0.5, 2.0, shape), rng.normal(size=shape)
         gain = rng.uniform(0.5, 2.0, shape[-1])  # (C,), away from 1
-        return Case(description, (dy, x, gain), {"eps": eps}, hint=hint)
+        # a hint about the parameters' gradients is said for them only, never for a wrong dx
+        parameters = ("dgamma", "dbeta", "dweight")
+        per_output = dict.fromkeys(parameters, params_hint) if params_hint else {}
+        return Case(description, (dy, x, gain), {"eps": eps}, hint=hint, output_hints=per_output)
 
     return [
         case("a 2-D (N, C) = (4, 6) float64 input", (4, 6)),
-        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", (2, 3, 5), hint=parameter_hint),
+        case("a 3-D (B, T, C) = (2, 3, 5) float64 input", (2, 3, 5), params_hint=parameter_hint),
         case(
             "eps=0.1 instead of the default",
             (3, 4),

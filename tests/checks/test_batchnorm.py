@@ -221,3 +221,24 @@ def test_returning_the_running_estimates_themselves_in_eval_mode_is_caught():
 
     with pytest.raises(checks.CheckFailed, match="returns running_mean itself, not a copy"):
         checks.check_batch_norm(batch_norm)
+
+
+def test_a_wrong_dx_is_not_given_the_hint_about_dgamma():
+    """The 3-D case's hint is about summing the parameters' gradients: not for a dx error."""
+
+    def batch_norm_backward(dy, x, gamma, eps=1e-5):
+        dx, dgamma, dbeta = norms.batch_norm_backward(dy, x, gamma, eps)
+        return (dx * 1.5 if x.ndim == 3 else dx), dgamma, dbeta
+
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_batch_norm_backward(batch_norm_backward)
+    assert "dx" in str(info.value) and "dgamma and dbeta have gamma's shape" not in str(info.value)
+
+
+def test_a_wrong_dgamma_on_3d_input_gets_the_hint_about_summing():
+    def batch_norm_backward(dy, x, gamma, eps=1e-5):
+        dx, dgamma, dbeta = norms.batch_norm_backward(dy, x, gamma, eps)
+        return dx, (dgamma * 1.5 if x.ndim == 3 else dgamma), dbeta
+
+    with pytest.raises(checks.CheckFailed, match="dgamma and dbeta have gamma's shape"):
+        checks.check_batch_norm_backward(batch_norm_backward)
