@@ -52,9 +52,9 @@ def batch_norm_cases(seed: int = 0) -> list[Case]:
     training and eval, 2-D and 3-D, N equal to C, a large mean, other momentum and eps."""
     rng = np.random.default_rng(seed + 20)
 
-    def case(description, shape, training, momentum=0.1, eps=1e-5, hint="", offset=2.0):
+    def case(description, shape, training, momentum=0.1, eps=1e-5, hint="", mean=2.0, std=3.0):
         channels = shape[1]
-        x = rng.normal(offset, 3.0 if offset == 2.0 else 1.0, shape)
+        x = rng.normal(mean, std, shape)
         gamma, beta = rng.uniform(0.5, 2.0, channels), rng.normal(0.0, 1.0, channels)
         running_mean = rng.normal(0.0, 1.0, channels)
         running_var = rng.uniform(0.5, 2.0, channels)
@@ -98,7 +98,8 @@ def batch_norm_cases(seed: int = 0) -> list[Case]:
             f"a (16, 3) input with mean {LARGE_OFFSET:g} and standard deviation 1, training mode",
             (16, 3),
             True,
-            offset=LARGE_OFFSET,
+            mean=LARGE_OFFSET,
+            std=1.0,
             hint="Compute the variance in two passes, mean((x - mean)**2): E[x^2] - E[x]^2 "
             "cancels catastrophically when the mean is large next to the spread.",
         ),
@@ -124,8 +125,8 @@ def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
     mean, another eps."""
     rng = np.random.default_rng(seed + 21)
 
-    def case(description, shape, eps=1e-5, hint="", offset=1.0, params_hint=""):
-        x, dy = rng.normal(offset, 2.0 if offset == 1.0 else 1.0, shape), rng.normal(size=shape)
+    def case(description, shape, eps=1e-5, hint="", params_hint="", mean=1.0, std=2.0):
+        x, dy = rng.normal(mean, std, shape), rng.normal(size=shape)
         # a hint about the parameters' gradients is said for them only, never for a wrong dx
         per_output = dict.fromkeys(("dgamma", "dbeta"), params_hint) if params_hint else {}
         gamma = rng.uniform(0.5, 2.0, shape[1])
@@ -147,7 +148,8 @@ def batch_norm_backward_cases(seed: int = 0) -> list[Case]:
         case(
             f"a (12, 3) input with mean {LARGE_OFFSET:g} and standard deviation 1",
             (12, 3),
-            offset=LARGE_OFFSET,
+            mean=LARGE_OFFSET,
+            std=1.0,
             hint="Compute the variance in two passes, mean((x - mean)**2).",
         ),
         case(

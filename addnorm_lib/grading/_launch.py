@@ -19,8 +19,8 @@ import json
 import os
 import sys
 
-KERNEL_FILE = "kernel.json"  # the kernel's connection file, in the exchange
-SOCKET_PREFIX = "kernel"  # the kernel's sockets: EXCHANGE/kernel-PORT
+KERNEL_FILE = "kernel.json"  # a connection file's name (the kernel's, in the exchange)
+SOCKET_PREFIX = "kernel"  # sockets at FOLDER/kernel-PORT (the kernel's in the exchange)
 
 
 def kernel_connection(connection_file: str, exchange: str) -> str:

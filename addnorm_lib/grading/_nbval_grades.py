@@ -33,6 +33,8 @@ import pytest
 from jupyter_client.manager import KernelManager
 from nbval.kernel import NbvalKernelspecManager, RunningKernel
 
+from addnorm_lib.grading._launch import KERNEL_FILE, SOCKET_PREFIX
+
 KERNEL_DIED = "the kernel died"
 OUTPUT_CAP = "[output past the grader's cap of {mb} MiB: dropped]"
 REPORT_CHARS = 20_000  # of a failed cell's report, kept in the record
@@ -61,7 +63,6 @@ def _await_reply_watching(self, msg_id, timeout=None):
             return
 
 
-SOCKET_PREFIX = "kernel"  # sockets at FOLDER/kernel-PORT, as ``_launch`` tells the kernel
 CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 LINK_POLL_SECONDS = 0.01
 
@@ -99,7 +100,7 @@ def kernel_starter(exchange: Path, home: Path, private: Path):
             kernel_spec_manager=NbvalKernelspecManager(),
             transport="ipc",
             ip=str(private / SOCKET_PREFIX),
-            connection_file=str(private / "kernel.json"),
+            connection_file=str(private / KERNEL_FILE),
         )
         manager.start_kernel(**{**kwargs, "cwd": str(home)})
         client = manager.client()

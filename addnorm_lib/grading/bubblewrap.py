@@ -40,6 +40,9 @@ USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 
 
 HOME_MB = 256  # the size of a sandboxed process's home
+# The exercises' answers, in effect: blanked in the sandbox as one folder, so that a new reference
+# module is hidden without anyone listing it.
+REFERENCE = COURSE_ROOT / "addnorm_lib" / "reference"
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,7 @@ def course_whitelist(home: Path, exchange: Path, home_mb: int = HOME_MB) -> Whit
     library = COURSE_ROOT / "addnorm_lib"
     python = (Path(sys.base_prefix), Path(sys.prefix), *package_folders())
     read_only = outermost([path.resolve() for path in (*python, library)])
-    hidden = (library / "reference",)
+    hidden = (REFERENCE,)
     return Whitelist(read_only, hidden, Path(home).absolute(), Path(exchange).resolve(), home_mb)
 
 

@@ -90,6 +90,7 @@ def legacy_layout(mounts: dict[str, Path], paths: dict[str, str]) -> Layout | No
     return Layout(1, {c: mounts[c] / paths[c].lstrip("/") for c in CONTROLLERS})
 
 
+@cache
 def find_layout() -> Layout | None:
     """This machine's cgroup layout as seen from this process, or None if it has none we use."""
     try:
@@ -125,10 +126,8 @@ def limit_files(version: int, limits: GroupLimits) -> dict[str, dict[str, str]]:
     }
 
 
-OPTIONAL_FILES = (
-    "memory.swap.max",
-    "memory.memsw.limit_in_bytes",
-)  # absent where the kernel has no swap accounting
+# Absent where the kernel does no swap accounting.
+OPTIONAL_FILES = ("memory.swap.max", "memory.memsw.limit_in_bytes")
 
 
 @dataclass
@@ -149,14 +148,6 @@ class Cgroup:
             with contextlib.suppress(OSError, ValueError):
                 found |= {int(pid) for pid in path.read_text().split()}
         return found
-
-    def memory_events(self) -> str:
-        """What the memory controller recorded (OOM kills), for the report; '' if unreadable."""
-        for folder in self.folders:
-            for name in ("memory.events", "memory.failcnt"):
-                with contextlib.suppress(OSError):
-                    return (folder / name).read_text()
-        return ""
 
     def remove(self, attempts: int = 50) -> None:
         """Kill every process left in the cgroup, then remove its folders."""

@@ -47,17 +47,12 @@ def pytest_arguments(
         *("-c", str(private / "pytest.ini")),
         *("-p", "nbval.plugin", "--nbval-lax", f"--nbval-kernel-name={kernel}"),
         f"--nbval-cell-timeout={settings.cell_timeout}",
-        *("-p", "addnorm_lib.grading._nbval_grades", f"--addnorm-grades={records_path(folders)}"),
+        *("-p", "addnorm_lib.grading._nbval_grades", f"--addnorm-grades={folders.records}"),
         f"--addnorm-exchange={folders.exchange}",
         f"--addnorm-home={folders.home}",
         f"--addnorm-output-mb={settings.output_mb}",
         *("-p", "no:cacheprovider", "-q", "--color=no", f"--rootdir={private}"),
     ]
-
-
-def records_path(folders: SubmissionFolders) -> Path:
-    """Where the nbval plugin writes its cell records (out of the kernel's reach)."""
-    return folders.private / "grades.json"
 
 
 RECORDS_LIMIT = 64 * 2**20  # the plugin caps each report; more than this is not a record of ours
@@ -84,7 +79,7 @@ def run_graded(graded, workdir: Path, sandbox: Sandbox, settings: Settings) -> E
         kill_marked(RUN_MARKER, str(workdir))
     if exit_code is None:  # killed at the wall-clock limit
         return Execution(None, True, folders.observations)
-    return Execution(read_records(records_path(folders)), False, folders.observations)
+    return Execution(read_records(folders.records), False, folders.observations)
 
 
 @contextlib.contextmanager

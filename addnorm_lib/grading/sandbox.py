@@ -43,7 +43,10 @@ KERNEL_COMMAND = [sys.executable, "-m", "addnorm_lib.grading._graded_kernel"]
 WARM_SCRIPT = [sys.executable, "-I", "-S", _warm_kernels.__file__]
 ZYGOTE_SOCKET = "zygote.sock"
 # What the zygote must not have imported (it checks): the answers, and the rest of the course.
-HIDDEN_FROM_KERNELS = ("addnorm_lib/reference", "solutions", "tests", "book", "benchmarks")
+HIDDEN_FROM_KERNELS = (
+    bubblewrap.REFERENCE,
+    *(COURSE_ROOT / name for name in ("solutions", "tests", "book", "benchmarks")),
+)
 MAX_PROCESSES = 64  # per submission: a kernel and the odd helper, never a fork bomb
 RUN_MARKER = "ADDNORM_SUBMISSION"  # in the environment of an unsandboxed submission's processes
 
@@ -73,6 +76,11 @@ class SubmissionFolders:
     def observations(self) -> Path:
         """Where the checks record what the student's code did."""
         return self.exchange / "observations"
+
+    @property
+    def records(self) -> Path:
+        """Where the nbval plugin writes its cell records (out of the kernel's reach)."""
+        return self.private / "grades.json"
 
     def make(self) -> None:
         """Create the folders: the private one for the grader alone."""
@@ -143,8 +151,12 @@ def write_kernelspec(folder: Path, argv: list[str]) -> None:
     """
     spec = folder / "kernels" / KERNEL_NAME
     spec.mkdir(parents=True)
-    spec_data = {"argv": argv, "display_name": "graded", "language": "python"}
-    spec_data["interrupt_mode"] = "message"
+    spec_data = {
+        "argv": argv,
+        "display_name": "graded",
+        "language": "python",
+        "interrupt_mode": "message",
+    }
     (spec / "kernel.json").write_text(json.dumps(spec_data))
 
 
@@ -172,11 +184,10 @@ class Sandbox:
 
     def describe(self) -> dict:
         """How kernels were confined, for grades.json and the summary."""
+        groups = "cgroup" if self.group_problem is None else f"none: {self.group_problem}"
         return {
             "sandbox": "bubblewrap" if self.isolated else f"none: {self.problem}",
-            "group_limits": "cgroup"
-            if self.group_problem is None
-            else f"none: {self.group_problem}",
+            "group_limits": groups,
         }
 
     def pytest_environment(self, folders: SubmissionFolders) -> dict:
@@ -245,8 +256,7 @@ def warm_kernels(run_folder: Path, settings: Settings) -> Iterator[dict]:
     background: kernels started once it is ready are forks of it."""
     stats = {"forked": 0, "ready": Future()}
     socket_path = run_folder / ZYGOTE_SOCKET
-    hidden = [str(COURSE_ROOT / name) for name in HIDDEN_FROM_KERNELS]
-    hidden.append(str(settings.source.resolve()))
+    hidden = [*map(str, HIDDEN_FROM_KERNELS), str(settings.source.resolve())]
     serve = [sys.executable, "-m", "addnorm_lib.grading._warm_kernels", "serve", str(socket_path)]
     process = subprocess.Popen(
         [*serve, *hidden],

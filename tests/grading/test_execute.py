@@ -27,14 +27,14 @@ def folders(tmp_path):
 
 
 def test_the_records_are_written_out_of_the_kernels_reach(folders):
-    records = execute.records_path(folders)
+    records = folders.records
     assert records.is_relative_to(folders.private)
     assert not records.is_relative_to(folders.exchange) and not records.is_relative_to(folders.home)
     assert execute.read_records(records) is None
 
 
 def test_records_too_large_to_be_ours_are_not_read(folders):
-    records = execute.records_path(folders)
+    records = folders.records
     with records.open("wb") as file:
         file.truncate(execute.RECORDS_LIMIT + 1)  # sparse: no disk used
     assert execute.read_records(records) is None
@@ -50,7 +50,7 @@ def test_nbval_runs_lax_in_the_graded_kernel_with_our_recorder(folders):
     assert "--nbval-cell-timeout=12.5" in arguments
     recorder = arguments.index("addnorm_lib.grading._nbval_grades")
     assert arguments[recorder - 1] == "-p"
-    assert f"--addnorm-grades={execute.records_path(folders)}" in arguments
+    assert f"--addnorm-grades={folders.records}" in arguments
     assert f"--addnorm-exchange={folders.exchange}" in arguments
     assert f"--addnorm-home={folders.home}" in arguments
     assert "--addnorm-output-mb=3" in arguments
