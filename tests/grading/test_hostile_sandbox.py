@@ -29,7 +29,7 @@ temporary folder; host paths (the temporary folder, ``--out``, the listeners, th
 written into each attack's source as literals. Scans read only small ``.json`` files (connection
 files) and notebooks, and learn one bit from them; they connect to sockets and send nothing.
 
-The limits' attacks (300 processes, six children of 700 MiB) need the per-submission group limits
+The limits' attacks (100 processes, four children of 700 MiB) need the per-submission group limits
 (a cgroup); where the grader reports that it could not build them, those sandboxed checks are
 skipped with its reason. The output flood (300 MiB printed in one cell) attacks the grader rather
 than the sandbox: in both runs the grader must survive it, its own processes (sampled with
@@ -384,12 +384,12 @@ def _attack():
 
 PROCESSES = '''
 def _attack():
-    """Start 300 sleeping children."""
+    """Start 100 sleeping children (the group allows 64 processes in all)."""
     import subprocess
 
     children, error = [], ""
     try:
-        for _ in range(300):
+        for _ in range(100):
             children.append(
                 subprocess.Popen(
                     ["sleep", "30"],
@@ -405,12 +405,12 @@ def _attack():
             child.kill()
         for child in children:
             child.wait()
-    return len(children) > 256, f"started {len(children)} children{error}"
+    return len(children) > 64, f"started {len(children)} children{error}"
 '''
 
 MEMORY = '''
 def _attack():
-    """Six children that each allocate and touch 700 MiB, all alive at once (about 4 GiB)."""
+    """Four children that each allocate and touch 700 MiB, all alive at once (2.8 GiB)."""
     import select
     import subprocess
 
@@ -423,7 +423,7 @@ def _attack():
     )
     children, done = [], 0
     try:
-        for _ in range(6):
+        for _ in range(4):
             children.append(
                 subprocess.Popen(
                     [sys.executable, "-c", child],
@@ -440,13 +440,13 @@ def _attack():
                 pending.discard(fd)
                 done += os.read(fd, 16).startswith(b"done")
     except OSError as error:
-        return False, f"{done} of 6 children allocated 700 MiB, then {error!r}"
+        return False, f"{done} of 4 children allocated 700 MiB, then {error!r}"
     finally:
         for process in children:
             process.kill()
         for process in children:
             process.wait()
-    return done == 6, f"{done} of 6 children allocated 700 MiB each"
+    return done == 4, f"{done} of 4 children allocated 700 MiB each"
 '''
 
 FLOOD = '''
@@ -935,7 +935,8 @@ def test_5_network(run):
 
 @pytest.mark.parametrize("attack", ["many-processes", "group-memory"])
 def test_6_group_limits(run, attack):
-    """300 processes; six children of 700 MiB each (4 GiB in all, under a 2 GiB cap each)."""
+    """100 processes against a cap of 64; four children of 700 MiB each (2.8 GiB in all, each
+    under the 2 GiB cap of one process) against the group's 2 GiB."""
     limits = str(run.confinement.get("group_limits", ""))
     if run.sandboxed and limits.startswith("none"):
         pytest.skip(f"the grader has no group limits here: {limits}")
