@@ -10,7 +10,15 @@ As in :mod:`addnorm_lib.checks.layernorm`, each check observes (runs the learner
 records plain data) and judges (compares with the reference, names known mistakes). The
 references (``addnorm_lib.reference.residuals``, ``addnorm_lib.reference.mistakes``) are imported
 by judges only.
+
+The stack is graded on its own skill: while ``stack_gradient_norms`` runs, the learner's four block
+functions are swapped for correct stand-ins (torch's autograd on the task's formula), so that a
+mistake in a block costs the block's points only.
 """
+
+import contextlib
+import inspect
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -108,7 +116,11 @@ STACKS = (
 def stack_cases(seed: int = 0) -> list[Case]:
     """Inputs (x, params, dy) and ``residual`` for ``stack_gradient_norms``, one per STACKS row."""
     rng = np.random.default_rng(seed + 12)
-    blocks_hint = "Check your blocks and their backward passes first: the stack is built from them."
+    blocks_hint = (
+        "The check ran your stack with correct blocks in place of yours, so the mistake is in "
+        "the stack: run the forward pass once, keep each block's input, then go backward from "
+        "dy, passing each backward's dx (its first result) down to the block below."
+    )
     count_hint = "With L blocks there are L + 1 norms: at h_0 = x, ..., at h_L (norm of dy)."
     cases = []
     for description, shape, hidden, depth, residual in STACKS:
@@ -253,9 +265,68 @@ def check_plain_block_backward(plain_block_backward, seed: int = 0) -> None:
 # Gradient norms through a stack
 
 
+def _block_forward(x, W1, b1, W2, residual: bool):
+    """The task's block on float64 tensors: ``x + relu(x W1 + b1) W2``, without x if plain."""
+    import torch
+
+    branch = torch.relu(x @ W1 + b1) @ W2  # (..., C)
+    return x + branch if residual else branch
+
+
+def _as_tensors(*arrays, requires_grad: bool = False) -> list:
+    import torch
+
+    return [
+        torch.tensor(np.asarray(a, dtype=np.float64), requires_grad=requires_grad) for a in arrays
+    ]
+
+
+def _stand_in_block(residual: bool) -> Callable:
+    def block(x, W1, b1, W2):
+        return _block_forward(*_as_tensors(x, W1, b1, W2), residual).numpy()
+
+    return block
+
+
+def _stand_in_backward(residual: bool) -> Callable:
+    def backward(dy, x, W1, b1, W2):
+        inputs = _as_tensors(x, W1, b1, W2, requires_grad=True)
+        _block_forward(*inputs, residual).backward(*_as_tensors(dy))
+        return tuple(tensor.grad.numpy() for tensor in inputs)  # dx, dW1, db1, dW2
+
+    return backward
+
+
+#: The correct blocks that stand in for the learner's while the stack is observed.
+STAND_INS = {
+    "residual_block": _stand_in_block(True),
+    "plain_block": _stand_in_block(False),
+    "residual_block_backward": _stand_in_backward(True),
+    "plain_block_backward": _stand_in_backward(False),
+}
+
+
+@contextlib.contextmanager
+def blocks_stood_in(function: Callable) -> Iterator[None]:
+    """While in the block, the names of :data:`STAND_INS` that ``function``'s module (a notebook's
+    namespace) defines are the stand-ins; the learner's own come back after."""
+    namespace = getattr(inspect.unwrap(function), "__globals__", None)
+    if not isinstance(namespace, dict):
+        yield
+        return
+    own = {name: namespace[name] for name in STAND_INS if name in namespace}
+    namespace.update({name: STAND_INS[name] for name in own})
+    try:
+        yield
+    finally:
+        namespace.update(own)
+
+
 def observe_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> list[Observation]:
-    """Observe ``stack_gradient_norms`` on each case of :func:`stack_cases`."""
-    return observe_cases(stack_gradient_norms, stack_cases(seed))
+    """Observe ``stack_gradient_norms`` on each case of :func:`stack_cases`, with correct blocks
+    in place of the learner's (:func:`blocks_stood_in`)."""
+    with blocks_stood_in(stack_gradient_norms):
+        return observe_cases(stack_gradient_norms, stack_cases(seed))
 
 
 def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -> str:

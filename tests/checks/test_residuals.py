@@ -58,3 +58,59 @@ def test_a_stack_that_returns_one_norm_too_few_is_a_shape_error():
 
     with pytest.raises(checks.CheckFailed, match=r"has shape \(4,\) but should have shape \(5,\)"):
         checks.check_stack_gradient_norms(norms)
+
+
+# The stack is graded on its own skill: the learner's blocks are swapped for correct ones while
+# it runs, and come back after, whatever the check's outcome.
+STACK_SOURCE = """
+import numpy as np
+
+def residual_block(x, W1, b1, W2):
+    return np.maximum(x + (np.maximum(x @ W1 + b1, 0) @ W2), 0)  # a wrong block
+
+def plain_block(x, W1, b1, W2):
+    raise NotImplementedError()  # an unfinished one
+
+def residual_block_backward(dy, x, W1, b1, W2):
+    return dy, 0 * W1, 0 * b1, 0 * W2  # a wrong backward
+
+def plain_block_backward(dy, x, W1, b1, W2):
+    raise NotImplementedError()
+
+def stack_gradient_norms(x, params, dy, residual=True):
+    block = residual_block if residual else plain_block
+    backward = residual_block_backward if residual else plain_block_backward
+    inputs = [x]
+    for W1, b1, W2 in params[:-1]:
+        inputs.append(block(inputs[-1], W1, b1, W2))
+    norms, grad = [np.linalg.norm(dy)], dy
+    for h, (W1, b1, W2) in zip(reversed(inputs), reversed(params)):
+        grad = backward(grad, h, W1, b1, W2)[0]
+        norms.append(np.linalg.norm(grad))
+    return np.array(norms[::-1]){slip}
+"""
+BLOCK_NAMES = ("residual_block", "plain_block", "residual_block_backward", "plain_block_backward")
+
+
+def notebook_namespace(slip: str = "") -> dict:
+    namespace = {}
+    exec(STACK_SOURCE.format(slip=slip), namespace)  # as a notebook's cells define them
+    return namespace
+
+
+def test_a_right_stack_on_wrong_blocks_passes_and_the_blocks_come_back(capsys):
+    namespace = notebook_namespace()
+    own = {name: namespace[name] for name in BLOCK_NAMES}
+    checks.check_stack_gradient_norms(namespace["stack_gradient_norms"])
+    assert "✓ stack_gradient_norms passed" in capsys.readouterr().out
+    assert {name: namespace[name] for name in BLOCK_NAMES} == own
+    with pytest.raises(checks.CheckFailed, match="applies the ReLU after adding"):
+        checks.check_residual_block(namespace["residual_block"])  # still the learner's own
+
+
+def test_a_wrong_stack_on_wrong_blocks_fails_and_the_blocks_come_back():
+    namespace = notebook_namespace(slip="[::-1]")
+    own = {name: namespace[name] for name in BLOCK_NAMES}
+    with pytest.raises(checks.CheckFailed, match="reverse order"):
+        checks.check_stack_gradient_norms(namespace["stack_gradient_norms"])
+    assert {name: namespace[name] for name in BLOCK_NAMES} == own
