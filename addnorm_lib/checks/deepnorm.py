@@ -279,9 +279,51 @@ def observe_deepnorm_init(deepnorm_init_, seed: int = 0) -> dict:
         after = dict(layer.named_parameters())
         return {name: after.get(name) is parameter for name, parameter in before.items()}
 
+    def returned():  # the task says: return the layer itself
+        import torch
+
+        layer = init_layer(seed)
+        result = deepnorm_init_(layer, INIT_BETAS[0])
+        if result is layer:
+            return {"kind": "the layer", "state": {}}
+        if isinstance(result, torch.nn.Module):
+            state = {k: v.detach().numpy().copy() for k, v in result.state_dict().items()}
+            return {"kind": "another module", "state": state}
+        return {"kind": "None" if result is None else type(result).__name__, "state": {}}
+
     observations = {f"beta={beta}": observe(run, (beta,), {}) for beta in INIT_BETAS}
     observations["same_parameters"] = observe(kept, (), {})
+    observations["returned"] = observe(returned, (), {})
     return observations
+
+
+def _judge_returned(observation) -> None:
+    """The initializer must return the layer it scaled in place; a scaled copy is named so."""
+    __tracebackhide__ = True
+    case = Case(f"a LayerParts(16, 2, 32) layer with beta = {INIT_BETAS[0]}", ())
+    returned = judge_call(observation, "deepnorm_init_", case)
+    conform(returned, {"kind": str, "state": MapOf(np.ndarray)}, "returned")
+    if returned["kind"] == "the layer":
+        return
+    if returned["kind"] == "another module":
+        fail(
+            "deepnorm_init_ returned a new module (a copy of the layer?) instead of the layer it "
+            "was given. An initializer changes the layer in place, as torch.nn.init's functions "
+            "change their tensor: code that holds the layer, or an optimizer that holds its "
+            "parameters, never sees a copy.\nHint: scale the given layer's weights with "
+            "weight.mul_(beta) under torch.no_grad(), then return that same layer."
+        )
+    fail(
+        f"deepnorm_init_ returned {returned['kind']}; the task asks for the layer it was given "
+        "(scaled in place), so that calls can be chained.\nHint: end with `return layer`."
+    )
+
+
+def _scaled_a_copy(state: dict, original: dict, returned) -> bool:
+    """Whether the layer came back unchanged while another module was returned."""
+    unchanged = all(np.array_equal(np.asarray(state[key]), old) for key, old in original.items())
+    other = returned.error is None and isinstance(returned.value, dict)
+    return unchanged and other and returned.value.get("kind") == "another module"
 
 
 def _judge_same_parameters(observation) -> None:
@@ -350,13 +392,19 @@ def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
     Raises CheckFailed naming the first weight scaled wrongly; else returns the summary.
     """
     __tracebackhide__ = True
-    expected = [f"beta={beta}" for beta in INIT_BETAS] + ["same_parameters"]
+    expected = [f"beta={beta}" for beta in INIT_BETAS] + ["same_parameters", "returned"]
     expect_keys("deepnorm_init_", observations, expected)
     original = {k: v.detach().numpy() for k, v in init_layer(seed).state_dict().items()}
     for beta in INIT_BETAS:
         case = Case(f"a LayerParts(16, 2, 32) layer with beta = {beta}", (beta,))
-        observation = observations[f"beta={beta}"]
-        _judge_init_state(judge_call(observation, "deepnorm_init_", case), original, beta)
+        state = judge_call(observations[f"beta={beta}"], "deepnorm_init_", case)
+        conform(state, MapOf(np.ndarray), "state_dict")
+        if sorted(state) == sorted(original) and _scaled_a_copy(
+            state, original, observations["returned"]
+        ):
+            _judge_returned(observations["returned"])
+        _judge_init_state(state, original, beta)
+    _judge_returned(observations["returned"])
     _judge_same_parameters(observations["same_parameters"])
     return passed(
         "deepnorm_init_",
@@ -364,6 +412,7 @@ def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
             "scales ffn.fc1, ffn.fc2, self_attn.v_proj and self_attn.out_proj by beta, in place",
             "leaves the query and key projections, the biases and the norms unchanged",
             "keeps every Parameter object (an optimizer made before still trains them)",
+            "returns the layer it was given",
             f"for beta in {INIT_BETAS}",
         ],
     )
@@ -371,7 +420,10 @@ def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
 
 # What only the kernel knows: a record can fail on it, never earn a point by it
 UNVERIFIED = {
-    "check_deepnorm_init": ("deepnorm_init_ keeps every Parameter object of the layer",),
+    "check_deepnorm_init": (
+        "deepnorm_init_ keeps every Parameter object of the layer",
+        "deepnorm_init_ returns the layer it was given",
+    ),
 }
 
 

@@ -1,5 +1,7 @@
 """The DeepNorm checks accept the reference and name each known mistake (constants, step, init)."""
 
+import copy
+
 import pytest
 import torch
 
@@ -99,6 +101,25 @@ def test_an_initializer_that_replaces_parameters_is_caught():
         for path in DEEPNORM_SCALED:
             module = layer.get_submodule(path)
             module.weight = torch.nn.Parameter(module.weight.detach() * beta)
+        return layer
 
     with pytest.raises(checks.CheckFailed, match=r"replaced .* with new Parameter objects"):
+        checks.check_deepnorm_init(deepnorm_init_)
+
+
+def test_an_initializer_that_scales_a_copy_is_told_so():
+    """A scaled deep copy, returned: the given layer is unchanged, and the message says why."""
+
+    def deepnorm_init_(layer, beta):
+        return _scale(*deepnorm.DEEPNORM_SCALED)(copy.deepcopy(layer), beta)
+
+    with pytest.raises(checks.CheckFailed, match=r"returned a new module \(a copy of the layer"):
+        checks.check_deepnorm_init(deepnorm_init_)
+
+
+def test_an_initializer_that_returns_nothing_is_told_to_return_the_layer():
+    def deepnorm_init_(layer, beta):
+        _scale(*deepnorm.DEEPNORM_SCALED)(layer, beta)
+
+    with pytest.raises(checks.CheckFailed, match=r"returned None; the task asks for the layer"):
         checks.check_deepnorm_init(deepnorm_init_)

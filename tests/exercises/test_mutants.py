@@ -455,6 +455,18 @@ DEEPNORM_MUTANTS = [
         "test_deepnorm_init",
         "you scaled self_attn.q_proj.weight by beta",
     ),
+    deepnorm(
+        "scales a copy",
+        "deepnorm_init",
+        (
+            (
+                "    with torch.no_grad():\n",
+                "    import copy\n\n    layer = copy.deepcopy(layer)\n    with torch.no_grad():\n",
+            ),
+        ),
+        "test_deepnorm_init",
+        "returned a new module (a copy of the layer?)",
+    ),
 ]
 MUTANTS += DEEPNORM_MUTANTS
 
