@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The pip cap on this machine (/etc/xdg/pip) keeps torch on the CPU build that lies on disk.
 PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
-.PHONY: help venv system book test lint lab grade exercises lock clean
+.PHONY: help venv system nbgrader-env book test lint lab grade exercises lock clean
 
 help:
 	@echo "make book       build the HTML book in _build/html, executing every chapter"
@@ -59,8 +59,20 @@ system:
 	@$(NEED_PYTHON)
 	@$(PYTHON) -m addnorm_lib._provision
 
+# nbgrader in an environment of its own (its Jupyter stack is not the course's): the test that runs
+# the exercises through a real nbgrader course uses it, with the course's Python as the kernel.
+NBGRADER_VENV := .venv-nbgrader
+NBGRADER_STAMP := $(NBGRADER_VENV)/.installed
+nbgrader-env: $(NBGRADER_STAMP)
+$(NBGRADER_STAMP): requirements-nbgrader.txt
+	@$(NEED_PYTHON)
+	@test -x $(NBGRADER_VENV)/bin/python || $(PYTHON) -m venv $(NBGRADER_VENV)
+	$(NBGRADER_VENV)/bin/python -m pip install $(PIP_FLAGS) -r requirements-nbgrader.txt 2>&1 | grep -v "^WARNING: Location" || true
+	@$(NBGRADER_VENV)/bin/nbgrader --version >/dev/null || { echo "error: installing requirements-nbgrader.txt failed (see above)" >&2; exit 1; }
+	@touch $@
+
 # The book tests and the browser tests share one build: --dist loadgroup runs them on one worker.
-test: system $(STAMP) $(WIDGET_JS)
+test: system $(STAMP) $(WIDGET_JS) $(NBGRADER_STAMP)
 	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=10
 
 lint: $(STAMP)
