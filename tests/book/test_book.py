@@ -81,3 +81,14 @@ def test_a_failing_chapter_fails_the_build(tmp_path):
     completed = build(tmp_path)
     assert completed.returncode != 0
     assert "this chapter is broken" in completed.stdout + completed.stderr
+
+
+def test_the_book_leaves_out_every_environment_the_makefile_creates():
+    """A virtual environment holds packages' own notebooks (nbgrader ships dozens): the build must
+    not read them, or it executes them as chapters."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    environments = re.findall(r"^\w*VENV\s*:=\s*(\S+)\s*$", makefile, flags=re.MULTILINE)
+    assert ".venv" in environments and ".venv-nbgrader" in environments, environments
+    missing = [path for path in environments if path not in config["exclude_patterns"]]
+    assert not missing, f"_config.yml's exclude_patterns lacks {missing}"
