@@ -12,7 +12,8 @@ These functions are the course's ground truth: short, readable, and checked agai
   in the running estimate, with ``new = (1 - momentum) * old + momentum * batch`` (so
   ``momentum=0.1`` keeps 90% of the old value). Eval mode normalizes with the running statistics.
 - **RMSNorm** skips the centring: ``y = x / sqrt(mean(x**2) + eps) * weight``, eps *inside* the root
-  as in LLaMA and ``torch.nn.RMSNorm`` (the official RMSNorm code puts it outside, on the RMS).
+  as in LLaMA and ``torch.nn.RMSNorm`` (the RMSNorm paper's PyTorch module puts it outside, on
+  the RMS).
 
 Numerics and dtypes:
 
@@ -420,7 +421,7 @@ def rms_norm_backward(dy, x, weight, eps: float = 1e-6):
 def rms_norm_eps_outside(x, weight, eps: float = 1e-8) -> np.ndarray:
     """RMSNorm with eps *outside* the root, ``x / (sqrt(mean(x**2)) + eps) * weight``.
 
-    This is the placement of the RMSNorm paper's official PyTorch code (default eps 1e-8), kept
+    This is the placement of the RMSNorm paper's PyTorch module (default eps 1e-8), kept
     for comparison; :func:`rms_norm` (eps inside) is the one LLaMA and ``torch.nn.RMSNorm`` use.
     Shapes and dtype as :func:`rms_norm`.
     """

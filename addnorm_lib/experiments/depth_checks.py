@@ -1,0 +1,360 @@
+"""The depth chapter's claims, checked across seeds: dead ReLU units, and shifted inputs.
+
+The depth chapter (``book/depth.md``) states conclusions that a single seeded run cannot carry.
+This module holds the experiments behind two of them, so that the chapter runs each on several
+seeds and the tests here can check them on small cases:
+
+- Dead ReLU units. :func:`dead_units` finds the hidden units of a plain :class:`DeepMLP` whose
+  pre-activation is non-positive on every example of a batch; :func:`gradient_descent_step` is
+  the one large step that kills many of them; :func:`train_and_track_dead` keeps training with
+  Adam and records which units revive, which die, and that a dead unit's own incoming weights and
+  bias get exactly zero gradient all along (its inputs, computed by earlier layers, still change).
+- Shifted inputs. A network whose first layer is a BatchNorm or a LayerNorm on its input features
+  (:func:`normed_mlp`) is trained on one input distribution (:func:`feature_data`,
+  :func:`train_regression`), then fed inputs changed by one of :data:`SHIFTS`
+  (:func:`shift_inputs`). :func:`output_change` measures how much its outputs move;
+  :func:`reestimate_batchnorm` recomputes BatchNorm's statistics on the new inputs;
+  :func:`shift_experiment` runs the whole comparison for one seed.
+
+Everything runs on the CPU in float32, seeded with :func:`~addnorm_lib.experiments.depth.set_seed`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from addnorm_lib import lookup
+from addnorm_lib.experiments.depth import DeepMLP, set_seed
+
+__all__ = [
+    "NORMS",
+    "SHIFTS",
+    "dead_units",
+    "feature_data",
+    "gradient_descent_step",
+    "normed_mlp",
+    "output_change",
+    "reestimate_batchnorm",
+    "shift_experiment",
+    "shift_inputs",
+    "shift_table",
+    "train_and_track_dead",
+    "train_regression",
+]
+
+
+# --------------------------------------------------------------------------- dead ReLU units
+
+
+def dead_units(net: DeepMLP, x: Tensor) -> Tensor:
+    """Which hidden units of a plain ReLU ``DeepMLP`` are off on every example of ``x``.
+
+    Args:
+        net: a :class:`DeepMLP` built with ``residual=False`` (each layer is Linear then ReLU).
+        x: (N, in_features) inputs.
+    Returns:
+        (depth, width) bool tensor: entry (l, j) is True when unit j of hidden layer l has
+        pre-activation z <= 0 for all N examples (then ReLU's derivative, 0 at z <= 0 in torch,
+        is 0 on every example).
+    """
+    dead = []
+    with torch.no_grad():
+        h = net.read_in(x)  # (N, width)
+        for layer in net.layers:
+            z = layer[0](h)  # (N, width) pre-activation
+            dead.append((z <= 0).all(dim=0))  # (width,)
+            h = layer[1](z)  # (N, width)
+    return torch.stack(dead)  # (depth, width)
+
+
+def gradient_descent_step(net: nn.Module, x: Tensor, y: Tensor, lr: float) -> None:
+    """One step of plain gradient descent on ``mse_loss(net(x), y)``, in place.
+
+    x: (N, in_features); y: (N, out_features). The parameters' ``.grad`` is left as computed.
+    """
+    net.zero_grad(set_to_none=True)
+    F.mse_loss(net(x), y).backward()
+    with torch.no_grad():
+        for p in net.parameters():
+            p -= lr * p.grad
+
+
+def _incoming(net: DeepMLP) -> list[tuple[Tensor, Tensor]]:
+    """(weight (width, width), bias (width,)) of each hidden layer's Linear: one row per unit."""
+    return [(layer[0].weight, layer[0].bias) for layer in net.layers]
+
+
+def train_and_track_dead(
+    net: DeepMLP, x: Tensor, y: Tensor, lr: float = 1e-3, steps: int = 200
+) -> dict:
+    """Train ``net`` with Adam on the full batch (x, y) and follow its dead units step by step.
+
+    A fresh ``torch.optim.Adam`` (no weight decay) takes ``steps`` steps on
+    ``mse_loss(net(x), y)``. Before every step the dead units on ``x`` (:func:`dead_units`) are
+    recorded, and the gradient on their incoming weights and bias is checked.
+
+    Args:
+        net: a plain ReLU :class:`DeepMLP`, trained in place.
+        x: (N, in_features) inputs; y: (N, out_features) targets; float32.
+    Returns:
+        a dict of
+        ``"dead_start"``, ``"dead_end"``: (depth, width) bool masks before the first and after
+        the last step;
+        ``"dead_throughout"``: (depth, width) bool, dead before every step and after the last;
+        ``"revived"``, ``"newly_dead"``, ``"still_dead"``: ints, units dead at the start and
+        alive at the end, alive at the start and dead at the end, dead at both times;
+        ``"max_dead_row_grad"``: float, the largest |gradient| on any dead unit's incoming
+        weights or bias over all steps (0.0: the zero gradient is exact);
+        ``"dead_throughout_unchanged"``: bool, every unit dead throughout has bit-for-bit the
+        incoming weights and bias it started with;
+        ``"revived_with_start_weights"``: bool, every unit dead at the start had, at the first
+        check at which it was alive again, bit-for-bit its starting weights and bias (so what
+        brought it back was a change of its inputs).
+    """
+    start = [(w.detach().clone(), b.detach().clone()) for w, b in _incoming(net)]
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    dead_start = dead_units(net, x)  # (depth, width)
+    throughout = dead_start.clone()
+    dead_since_start = dead_start.clone()  # (depth, width): dead at every check so far
+    revived_with_start_weights = True
+    max_dead_row_grad = 0.0
+
+    def note_revivals(dead: Tensor) -> None:
+        nonlocal revived_with_start_weights
+        back = dead_since_start & ~dead  # (depth, width): alive for the first time since start
+        for (w, b), (w0, b0), mask in zip(_incoming(net), start, back, strict=True):
+            same = torch.equal(w[mask], w0[mask]) and torch.equal(b[mask], b0[mask])
+            revived_with_start_weights &= same
+        dead_since_start.logical_and_(dead)
+
+    for _ in range(steps):
+        dead = dead_units(net, x)  # (depth, width), on the weights this step differentiates
+        note_revivals(dead)
+        throughout &= dead
+        optimizer.zero_grad(set_to_none=True)
+        F.mse_loss(net(x), y).backward()
+        for (w, b), mask in zip(_incoming(net), dead, strict=True):
+            rows = torch.cat([w.grad[mask].flatten(), b.grad[mask]])  # dead units' gradients
+            if rows.numel():
+                max_dead_row_grad = max(max_dead_row_grad, rows.abs().max().item())
+        optimizer.step()
+    dead_end = dead_units(net, x)
+    note_revivals(dead_end)
+    throughout &= dead_end
+    unchanged = all(
+        torch.equal(w[mask], w0[mask]) and torch.equal(b[mask], b0[mask])
+        for (w, b), (w0, b0), mask in zip(_incoming(net), start, throughout, strict=True)
+    )
+    return {
+        "dead_start": dead_start,
+        "dead_end": dead_end,
+        "dead_throughout": throughout,
+        "revived": int((dead_start & ~dead_end).sum()),
+        "newly_dead": int((~dead_start & dead_end).sum()),
+        "still_dead": int((dead_start & dead_end).sum()),
+        "max_dead_row_grad": max_dead_row_grad,
+        "dead_throughout_unchanged": unchanged,
+        "revived_with_start_weights": revived_with_start_weights,
+    }
+
+
+# --------------------------------------------------------------------------- shifted inputs
+
+#: The normalization layers that :func:`normed_mlp` puts on the input features, by name.
+NORMS: dict[str, Callable[[int], nn.Module]] = {
+    "batch": nn.BatchNorm1d,
+    "layer": nn.LayerNorm,
+}
+
+
+def normed_mlp(norm: str, in_features: int, width: int = 64, depth: int = 3) -> nn.Sequential:
+    """A norm on the input features followed by a ReLU :class:`DeepMLP` (He init), one output.
+
+    Args:
+        norm: a name in :data:`NORMS` (torch's BatchNorm1d or LayerNorm, default arguments).
+    Shapes: (N, in_features) -> (N, 1). ``model[0]`` is the norm, ``model[1]`` the MLP.
+    """
+    make_norm = lookup(NORMS, norm, "norm")
+    return nn.Sequential(make_norm(in_features), DeepMLP(in_features, width, 1, depth, "relu"))
+
+
+def feature_data(
+    n: int, mean: Tensor, std: Tensor, weights: Tensor, generator: torch.Generator
+) -> tuple[Tensor, Tensor, Tensor]:
+    """A regression data set whose features have their own means and scales.
+
+    A standard normal latent u is measured as ``x = mean + std * u`` (per feature); the target
+    depends on u only: ``y = sin(u @ weights)``.
+
+    Args:
+        n: examples; mean, std: (C,) per-feature offset and scale; weights: (C, 1).
+    Returns:
+        (x (n, C), y (n, 1), u (n, C)), float32.
+    """
+    u = torch.randn(n, mean.numel(), generator=generator)  # (n, C)
+    return mean + std * u, torch.sin(u @ weights), u
+
+
+def train_regression(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    steps: int = 300,
+    batch: int = 64,
+    lr: float = 3e-3,
+    generator: torch.Generator | None = None,
+) -> float:
+    """Train ``model`` (in train mode) with Adam on random mini-batches of (x, y); eval mode after.
+
+    A BatchNorm in the model thus collects its running statistics from the training batches.
+    x: (N, C); y: (N, 1). Returns the last mini-batch's mse loss.
+    """
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model.train()
+    loss = torch.tensor(float("nan"))
+    for _ in range(steps):
+        idx = torch.randint(0, x.shape[0], (batch,), generator=generator)  # (batch,)
+        optimizer.zero_grad(set_to_none=True)
+        loss = F.mse_loss(model(x[idx]), y[idx])
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    return loss.item()
+
+
+def _random_orthogonal(c: int, generator: torch.Generator) -> Tensor:
+    """A (c, c) orthogonal matrix: Q of the QR decomposition of a Gaussian matrix."""
+    q, r = torch.linalg.qr(torch.randn(c, c, generator=generator))
+    return q * torch.sign(torch.diagonal(r))  # (c, c), column signs fixed
+
+
+def _per_feature(x: Tensor, g: torch.Generator) -> Tensor:
+    """x * a + c with one positive scale a and one offset c per feature (column)."""
+    a = torch.empty(1, x.shape[1]).uniform_(0.5, 2.0, generator=g)  # (1, C)
+    c = 3.0 * torch.randn(1, x.shape[1], generator=g)  # (1, C)
+    return x * a + c
+
+
+def _per_example(x: Tensor, g: torch.Generator) -> Tensor:
+    """x * a + c with one positive scale a and one offset c per example (row)."""
+    a = torch.empty(x.shape[0], 1).uniform_(0.5, 2.0, generator=g)  # (N, 1)
+    c = 3.0 * torch.randn(x.shape[0], 1, generator=g)  # (N, 1)
+    return x * a + c
+
+
+def _mixing(x: Tensor, g: torch.Generator) -> Tensor:
+    """Rotate the features about their mean: every feature's mean is kept, features are mixed."""
+    mean = x.mean(dim=0, keepdim=True)  # (1, C)
+    return mean + (x - mean) @ _random_orthogonal(x.shape[1], g)  # (N, C)
+
+
+#: The input shifts of the chapter, by name: each maps (N, C) inputs and a generator to (N, C).
+SHIFTS: dict[str, Callable[[Tensor, torch.Generator], Tensor]] = {
+    "per-feature affine": _per_feature,
+    "per-example affine": _per_example,
+    "features mixed": _mixing,
+}
+
+
+def shift_inputs(x: Tensor, kind: str, generator: torch.Generator) -> Tensor:
+    """``x`` (N, C) changed by the shift ``kind``, a name in :data:`SHIFTS`: (N, C)."""
+    return lookup(SHIFTS, kind, "shift")(x, generator)
+
+
+def reestimate_batchnorm(model: nn.Module, x: Tensor, batch: int = 256) -> nn.Module:
+    """A copy of ``model`` whose BatchNorm statistics are recomputed on ``x``, in eval mode.
+
+    Every ``nn.BatchNorm1d`` of the copy forgets its running statistics (``reset_running_stats``)
+    and averages, with ``momentum=None`` (a cumulative average), the statistics of the batches of
+    ``x`` (N, C) that a forward pass in train mode shows it. No weight is changed; ``model`` itself
+    is left as it was.
+    """
+    adapted = copy.deepcopy(model)
+    for module in adapted.modules():
+        if isinstance(module, nn.BatchNorm1d):
+            module.reset_running_stats()
+            module.momentum = None
+    adapted.train()
+    with torch.no_grad():
+        for start in range(0, x.shape[0], batch):
+            adapted(x[start : start + batch])
+    return adapted.eval()
+
+
+def output_change(before: Tensor, after: Tensor) -> float:
+    """Relative RMS change of outputs: ``||after - before|| / ||before - mean(before)||``.
+
+    before, after: (N, out) outputs for the same examples. 0 means unchanged; 1 is a change as
+    large as the outputs' own spread over the examples.
+    """
+    spread = (before - before.mean(dim=0)).norm()
+    return ((after - before).norm() / spread).item()
+
+
+def shift_experiment(
+    seed: int, in_features: int = 16, n_train: int = 4096, n_test: int = 4096, steps: int = 300
+) -> dict:
+    """For one seed: how much do BatchNorm and LayerNorm networks' outputs move under each shift?
+
+    Draws per-feature means (std 2) and scales (uniform in [0.5, 2]), trains one
+    ``normed_mlp("batch")`` and one ``normed_mlp("layer")`` on :func:`feature_data`, and feeds
+    them a fresh test set x and, for each kind in :data:`SHIFTS`, its shifted copy x'. Three
+    ways of running a model are compared:
+
+    - ``"BatchNorm, training statistics"``: the BN network in eval mode (running statistics from
+      training), on x and on x';
+    - ``"BatchNorm, re-estimated"``: its statistics recomputed on x for x, and on x' for x'
+      (:func:`reestimate_batchnorm`);
+    - ``"LayerNorm"``: the LN network on x and on x'.
+
+    Returns:
+        ``{"change": {(kind, way): float}}`` with :func:`output_change` between the outputs on x
+        and on x', plus ``"loss"``: the BN network's test mse on x (training statistics), and on
+        the per-feature affine x' with training and with re-estimated statistics (the targets
+        are those of x: the shift changes how the inputs are measured, not what they measure).
+    """
+    set_seed(seed)
+    g = torch.Generator().manual_seed(seed)
+    mean = 2.0 * torch.randn(in_features, generator=g)  # (C,)
+    std = torch.empty(in_features).uniform_(0.5, 2.0, generator=g)  # (C,)
+    weights = torch.randn(in_features, 1, generator=g) / in_features**0.5  # (C, 1)
+    x_train, y_train, _ = feature_data(n_train, mean, std, weights, g)
+    x_test, y_test, _ = feature_data(n_test, mean, std, weights, g)
+    models = {}
+    for norm in NORMS:
+        models[norm] = normed_mlp(norm, in_features)
+        train_regression(models[norm], x_train, y_train, steps=steps, generator=g)
+    change, loss = {}, {}
+    with torch.no_grad():
+        bn, ln = models["batch"], models["layer"]
+        bn_test, ln_test = bn(x_test), ln(x_test)  # (n_test, 1) each
+        bn_test_fresh = reestimate_batchnorm(bn, x_test)(x_test)
+        loss["training statistics, unshifted"] = F.mse_loss(bn_test, y_test).item()
+        for kind in SHIFTS:
+            x_shift = shift_inputs(x_test, kind, g)  # (n_test, C)
+            bn_fresh = reestimate_batchnorm(bn, x_shift)(x_shift)
+            change[kind, "BatchNorm, training statistics"] = output_change(bn_test, bn(x_shift))
+            change[kind, "BatchNorm, re-estimated"] = output_change(bn_test_fresh, bn_fresh)
+            change[kind, "LayerNorm"] = output_change(ln_test, ln(x_shift))
+            if kind == "per-feature affine":
+                loss["training statistics, shifted"] = F.mse_loss(bn(x_shift), y_test).item()
+                loss["re-estimated, shifted"] = F.mse_loss(bn_fresh, y_test).item()
+    return {"change": change, "loss": loss}
+
+
+def shift_table(seeds, **options) -> dict:
+    """:func:`shift_experiment` for each seed, stacked: the same dict with (seeds,) float arrays.
+
+    ``options`` are passed to :func:`shift_experiment`.
+    """
+    results = [shift_experiment(seed, **options) for seed in seeds]
+    return {
+        part: {name: np.array([r[part][name] for r in results]) for name in results[0][part]}
+        for part in ("change", "loss")
+    }

@@ -1,0 +1,138 @@
+"""The depth chapter's seed-spanning checks: dead units, their zero gradient, shifted inputs."""
+
+import pytest
+import torch
+
+from addnorm_lib.experiments import depth_checks
+from addnorm_lib.experiments.depth import DeepMLP, set_seed
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small models: one thread is faster than two competing ones (restored afterwards)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def relu_net(depth=3, width=8, in_features=4):
+    set_seed(0)
+    return DeepMLP(in_features, width, 1, depth, activation="relu", init="he")
+
+
+def test_dead_units_are_the_units_off_on_every_example():
+    net = relu_net()
+    with torch.no_grad():
+        net.layers[1][0].bias[2] = -1e4  # off whatever it receives
+        net.layers[1][0].bias[5] = 1e4  # on whatever it receives
+    x = torch.randn(32, 4)
+    dead = depth_checks.dead_units(net, x)
+    assert dead.shape == (3, 8) and dead.dtype == torch.bool
+    assert dead[1, 2] and not dead[1, 5]
+    h = net.layers[0](net.read_in(x))  # what layer 1 receives
+    z = net.layers[1][0](h)  # (32, 8)
+    assert torch.equal(dead[1], (z <= 0).all(dim=0))
+
+
+def test_a_dead_unit_gets_exactly_zero_gradient_and_keeps_its_weights():
+    net = relu_net(depth=4)
+    with torch.no_grad():
+        net.layers[2][0].bias[:3] = -1e4  # three units of layer 2 dead for good
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    result = depth_checks.train_and_track_dead(net, x, y, lr=1e-2, steps=20)
+    assert result["dead_throughout"][2, :3].all()
+    assert result["max_dead_row_grad"] == 0.0
+    assert result["dead_throughout_unchanged"] and result["revived_with_start_weights"]
+    start, end = result["dead_start"], result["dead_end"]
+    assert result["revived"] + result["still_dead"] == int(start.sum())
+    assert result["newly_dead"] + result["still_dead"] == int(end.sum())
+
+
+def test_the_chapters_killed_units_revive_when_training_goes_on():
+    # the chapter's setting for one seed: one step of size 0.5, then Adam
+    set_seed(1)
+    net = DeepMLP(8, 64, 1, depth=8, activation="relu", init="he")
+    x, y = torch.randn(256, 8), 2 + 3 * torch.randn(256, 1)
+    depth_checks.gradient_descent_step(net, x, y, lr=0.5)
+    killed = int(depth_checks.dead_units(net, x).sum())
+    result = depth_checks.train_and_track_dead(net, x, y, lr=1e-3, steps=100)
+    assert killed > 50 and result["revived"] > 0
+    assert result["max_dead_row_grad"] == 0.0 and result["dead_throughout_unchanged"]
+    assert result["revived_with_start_weights"]
+
+
+def test_gradient_descent_step_moves_against_the_gradient():
+    net = relu_net(depth=2)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    before = [p.detach().clone() for p in net.parameters()]
+    depth_checks.gradient_descent_step(net, x, y, lr=0.1)
+    for p, b in zip(net.parameters(), before, strict=True):
+        torch.testing.assert_close(p.detach(), b - 0.1 * p.grad)
+
+
+def test_shifts_do_what_their_names_say():
+    g = torch.Generator().manual_seed(0)
+    x = 3 + torch.randn(500, 6, generator=g) * torch.arange(1.0, 7.0)
+    feature = depth_checks.shift_inputs(x, "per-feature affine", g)
+    a = feature.std(0) / x.std(0)  # (C,) one positive scale per column
+    torch.testing.assert_close(feature, x * a + (feature.mean(0) - a * x.mean(0)))
+    example = depth_checks.shift_inputs(x, "per-example affine", g)
+    a = example.std(1, keepdim=True) / x.std(1, keepdim=True)  # (N, 1) one scale per row
+    offset = example.mean(1, keepdim=True) - a * x.mean(1, keepdim=True)
+    torch.testing.assert_close(example, x * a + offset)
+    mixed = depth_checks.shift_inputs(x, "features mixed", g)
+    torch.testing.assert_close(mixed.mean(0), x.mean(0), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(mixed.var(0).sum(), x.var(0).sum(), rtol=1e-4, atol=1e-4)
+    assert (mixed.var(0) - x.var(0)).abs().max() > 0.5  # the columns did change
+    with pytest.raises(ValueError, match="shift must be one of"):
+        depth_checks.shift_inputs(x, "per-token", g)
+
+
+def test_reestimated_batchnorm_undoes_a_per_feature_affine_change_and_leaves_the_model():
+    set_seed(0)
+    model = depth_checks.normed_mlp("batch", 5, width=16, depth=2)
+    g = torch.Generator().manual_seed(1)
+    x = 1 + 2 * torch.randn(1000, 5, generator=g)
+    depth_checks.train_regression(model, x, x[:, :1].sin(), steps=20, generator=g)
+    stats = (model[0].running_mean.clone(), model[0].running_var.clone())
+    shifted = depth_checks.shift_inputs(x, "per-feature affine", g)
+    with torch.no_grad():
+        out = depth_checks.reestimate_batchnorm(model, x)(x)
+        out_shifted = depth_checks.reestimate_batchnorm(model, shifted)(shifted)
+        stale = model(shifted)
+    assert depth_checks.output_change(out, out_shifted) < 1e-3
+    assert depth_checks.output_change(model(x).detach(), stale) > 0.1
+    assert not model.training
+    assert torch.equal(model[0].running_mean, stats[0])
+    assert torch.equal(model[0].running_var, stats[1])
+
+
+def test_layernorm_network_ignores_a_per_example_offset_and_scale():
+    set_seed(0)
+    model = depth_checks.normed_mlp("layer", 7).eval()
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(200, 7, generator=g)
+    with torch.no_grad():
+        change = depth_checks.output_change(
+            model(x), model(depth_checks.shift_inputs(x, "per-example affine", g))
+        )
+    assert change < 1e-4
+
+
+def test_output_change_is_relative_to_the_outputs_spread():
+    before = torch.tensor([[0.0], [2.0], [4.0]])
+    assert depth_checks.output_change(before, before) == 0.0
+    spread = before - before.mean(0)
+    assert depth_checks.output_change(before, before + spread) == pytest.approx(1.0)
+
+
+def test_shift_experiment_shows_which_norm_undoes_which_shift():
+    result = depth_checks.shift_experiment(0, n_train=1024, n_test=1024, steps=60)
+    change, loss = result["change"], result["loss"]
+    assert change["per-feature affine", "BatchNorm, re-estimated"] < 1e-3
+    assert change["per-example affine", "LayerNorm"] < 1e-4
+    for way in ["BatchNorm, training statistics", "BatchNorm, re-estimated", "LayerNorm"]:
+        assert change["features mixed", way] > 0.1
+    assert change["per-feature affine", "BatchNorm, training statistics"] > 0.5
+    assert loss["re-estimated, shifted"] < loss["training statistics, shifted"] / 5
