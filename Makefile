@@ -72,8 +72,10 @@ $(NBGRADER_STAMP): requirements-nbgrader.txt
 	@touch $@
 
 # The book tests and the browser tests share one build: --dist loadgroup runs them on one worker.
+# One math thread per process: the workers, their kernels and the book's already fill the cores,
+# and torch's own threads on top of them made the suite slower, not faster.
 test: system $(STAMP) $(WIDGET_JS) $(NBGRADER_STAMP)
-	$(BIN)/python -m pytest -n auto --dist loadgroup --durations=10
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadgroup --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
