@@ -43,3 +43,18 @@ def test_a_chapter_opens_with_what_you_will_learn_and_ends_with_exercises(chapte
     assert "{doc}`../exercises/" in text.split("## Exercises")[-1] or chapter == "book/models", (
         f"{chapter}'s exercises section does not link its exercise notebook"
     )
+
+
+# Words of the team's own bookkeeping, never shown to readers: the source documents' numbers and
+# the name of the team's list of sourced facts.
+INTERNAL_WORDS = re.compile(r"\bseeds? 0\d\d\b|fact sheet|FACTS\.md", flags=re.IGNORECASE)
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "book").glob("*.md")), ids=lambda path: path.name)
+def test_no_page_shows_internal_words(page):
+    found = [
+        f"line {number}: {line.strip()[:80]}"
+        for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), start=1)
+        if INTERNAL_WORDS.search(line)
+    ]
+    assert not found, f"{page.name} shows internal words to readers: {found}"
