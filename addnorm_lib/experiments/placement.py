@@ -229,7 +229,8 @@ class RunSpec:
     """One training run of the warm-up sweep.
 
     ``placement`` is ``"post"`` or ``"pre"``; ``optimizer`` is ``"adam"`` or ``"radam"``;
-    ``warmup`` is the length of the linear warm-up in steps (0: none); ``lr`` the peak rate.
+    ``warmup`` is the length of the linear warm-up in steps (0: none); ``lr`` the peak rate;
+    ``steps`` the number of training steps (``None``: the sweep config's).
     """
 
     placement: str
@@ -237,6 +238,7 @@ class RunSpec:
     lr: float
     warmup: int
     seed: int
+    steps: int | None = None  # None: the config's number of steps
 
 
 def train_placement_model(
@@ -311,7 +313,7 @@ def run_spec(spec: RunSpec, config: dict | None = None) -> dict:
         lr=spec.lr,
         warmup=spec.warmup,
         optimizer=spec.optimizer,
-        steps=config["steps"],
+        steps=spec.steps or config["steps"],
         batch_size=config["batch_size"],
         betas=config["betas"],
     )
@@ -321,14 +323,17 @@ def run_spec(spec: RunSpec, config: dict | None = None) -> dict:
 
 def sweep_specs(
     lrs: Iterable[float] = (1e-3, 3e-3),
-    seeds: Iterable[int] = (0, 1),
+    seeds: Iterable[int] = range(6),
     post_warmups: Iterable[int] = (0, 100, 300),
     pre_warmups: Iterable[int] = (0, 100),
     radam_lrs: Iterable[float] = (3e-3,),
+    long_lrs: Iterable[float] = (3e-3,),
+    long_steps: int = 1500,
 ) -> list[RunSpec]:
     """The sweep's grid, for every seed: Adam with each learning rate and warm-up (Post-LN with
-    ``post_warmups``, Pre-LN with ``pre_warmups``), and RAdam without warm-up for both placements
-    at each of ``radam_lrs``."""
+    ``post_warmups``, Pre-LN with ``pre_warmups``), RAdam without warm-up for both placements
+    at each of ``radam_lrs``, and Post-LN with Adam and no warm-up trained for ``long_steps``
+    steps at each of ``long_lrs`` (does a stalled run leave its plateau later?)."""
     lrs, seeds = list(lrs), list(seeds)
     warmups = {"post": list(post_warmups), "pre": list(pre_warmups)}
     specs = [
@@ -339,6 +344,7 @@ def sweep_specs(
         for s in seeds
     ]
     specs += [RunSpec(p, "radam", lr, 0, s) for p in PLACEMENTS for lr in radam_lrs for s in seeds]
+    specs += [RunSpec("post", "adam", lr, 0, s, long_steps) for lr in long_lrs for s in seeds]
     return specs
 
 
@@ -350,13 +356,20 @@ class _Sweep:
 
 
 def warmup_sweep(specs: Sequence[RunSpec], jobs: int = 1) -> list[dict]:
-    """:func:`run_spec` for every spec, on ``jobs`` processes (one thread each); same order."""
+    """:func:`run_spec` for every spec, on ``jobs`` processes (one thread each); same order.
+
+    The longest runs are started first, so that no process is left with one at the end."""
     if jobs <= 1:
         return [run_spec(s) for s in specs]
     import multiprocessing
 
+    order = sorted(range(len(specs)), key=lambda i: -(specs[i].steps or 0))
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        return pool.map(run_spec, specs, chunksize=1)
+        done = pool.map(run_spec, [specs[i] for i in order], chunksize=1)
+    runs: list[dict] = [{}] * len(specs)
+    for i, run in zip(order, done, strict=True):
+        runs[i] = run
+    return runs
 
 
 def main(argv: Sequence[str] | None = None) -> None:

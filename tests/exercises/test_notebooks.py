@@ -89,10 +89,12 @@ def test_each_exercise_points_to_the_next_in_the_table_of_contents():
         assert not any(f"Next, the {title} exercise" in done for title in others), current
 
 
-def test_the_book_teaches_the_norms_in_the_order_of_the_exercises():
-    chapters = [name for name in toc_files("Normalization") if name in EXERCISE_TITLES]
-    exercises = [name for name in toc_files("Exercises") if name in chapters]
+def test_the_book_teaches_the_topics_in_the_order_of_the_exercises():
+    parts = ("Foundations", "Normalization", "Placement")
+    chapters = [name for part in parts for name in toc_files(part) if name in EXERCISE_TITLES]
+    exercises = [name for name in toc_files("Exercises") if name in EXERCISE_TITLES]
     assert chapters == exercises
+    assert chapters.index("placement") < chapters.index("deepnorm")  # DeepNorm builds on it
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
