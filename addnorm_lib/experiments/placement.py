@@ -12,7 +12,9 @@ runs both kinds of measurement on the CPU, seeded, in float32:
   embedding, such a stack and a linear read-out. With the same seed, both placements draw every
   weight from the same random numbers.
 - :func:`last_ffn_gradient_norm` is Theorem 1's quantity: the norm of the gradient of the last
-  FFN's output weight at initialization.
+  FFN's output weight at initialization; :func:`ffn_gradient_profile` gives it for every layer.
+- :func:`first_adam_step` takes one Adam step from initialization and measures how much it moves
+  the weights and how much it changes the stack's (normalized) output.
 - :func:`stream_norms` measures ``E||x_l||^2 / d`` after each block of a Pre-LN stack (the lemma).
 - :func:`train_placement_model` trains on :func:`~addnorm_lib.experiments.deepnorm.reverse_task`
   with Adam or RAdam and an optional linear warm-up; :func:`warmup_sweep` runs a grid of such
@@ -53,6 +55,8 @@ __all__ = [
     "SWEEP_CONFIG",
     "PlacementModel",
     "RunSpec",
+    "ffn_gradient_profile",
+    "first_adam_step",
     "last_ffn_gradient_norm",
     "make_stack",
     "run_spec",
@@ -121,9 +125,16 @@ class PlacementModel(nn.Module):
         placement: ``"post"`` or ``"pre"``.
         vocab_size, seq_len: vocabulary and (maximal) sequence length T.
         num_layers, d_model, nhead, dim_feedforward: the stack's sizes.
-        embed_scale: factor on the token embedding (``sqrt(d_model)`` as in the original
-            Transformer, 1 for none). Embedding entries start as N(0, 1).
+        embed_scale: factor on the token embedding in ``forward`` (``sqrt(d_model)`` as in the
+            original Transformer, 1 for none).
+        embed_std: standard deviation of the token embedding's initial entries (N(0, embed_std^2));
+            fairseq's Transformer uses ``d_model ** -0.5`` with ``embed_scale = sqrt(d_model)``,
+            which gives unit-variance entries. The N(0, 1) draw is scaled in place, so every
+            ``embed_std`` sees the same random numbers and the other weights do not change.
+            Position embeddings start as N(0, 1).
         activation: the FFN's activation.
+        zero_qk: zero the query and key projections of every block, so that every attention
+            weight is uniform at initialization (Xiong et al.'s simplified setting).
 
     ``forward``: int64 tokens ``(B, T)`` -> float32 logits ``(B, T, vocab_size)``.
     """
@@ -139,24 +150,98 @@ class PlacementModel(nn.Module):
         dim_feedforward: int,
         embed_scale: float = 1.0,
         activation: str = "gelu",
+        embed_std: float = 1.0,
+        zero_qk: bool = False,
     ) -> None:
         super().__init__()
         self.placement, self.vocab_size, self.seq_len = placement, vocab_size, seq_len
         self.embed_scale = embed_scale
-        self.embed = nn.Embedding(vocab_size, d_model)
+        self.embed = nn.Embedding(vocab_size, d_model)  # (V, C), N(0, 1)
+        with torch.no_grad():
+            self.embed.weight.mul_(embed_std)  # N(0, embed_std^2), same draw
         self.pos = nn.Parameter(torch.randn(seq_len, d_model))  # (T, C)
         self.stack = make_stack(placement, num_layers, d_model, nhead, dim_feedforward, activation)
         self.head = nn.Linear(d_model, vocab_size)
+        if zero_qk:
+            _zero_qk(self.blocks)
 
     @property
     def blocks(self) -> list[nn.Module]:
         """The stack's blocks, first to last (without the final norm)."""
         return _blocks(self.stack)
 
+    def embedded(self, tokens: Tensor) -> Tensor:
+        """The stack's input ``x_0``: int64 tokens ``(B, T)`` -> float32 ``(B, T, C)``."""
+        return self.embed(tokens) * self.embed_scale + self.pos[: tokens.shape[1]]  # (B, T, C)
+
+    def features(self, tokens: Tensor) -> Tensor:
+        """The stack's output, what the read-out sees: ``(B, T)`` int64 -> ``(B, T, C)`` float32.
+
+        Both placements normalize it (Post-LN's last norm, Pre-LN's final norm)."""
+        return self.stack(self.embedded(tokens))  # (B, T, C)
+
     def forward(self, tokens: Tensor) -> Tensor:
         """int64 tokens ``(B, T)``, ``T <= seq_len`` -> float32 logits ``(B, T, vocab_size)``."""
-        x = self.embed(tokens) * self.embed_scale + self.pos[: tokens.shape[1]]  # (B, T, C)
-        return self.head(self.stack(x))  # (B, T, V)
+        return self.head(self.features(tokens))  # (B, T, V)
+
+
+def _zero_qk(blocks: Iterable[nn.Module]) -> None:
+    """Zero every block's query and key projection weights (uniform attention)."""
+    with torch.no_grad():
+        for block in blocks:
+            block.self_attn.q_proj.weight.zero_()
+            block.self_attn.k_proj.weight.zero_()
+
+
+def _initial_backward(
+    placement: str,
+    num_layers: int,
+    seed: int,
+    *,
+    d_model: int = 64,
+    nhead: int = 4,
+    dim_feedforward: int = 256,
+    vocab_size: int = 12,
+    seq_len: int = 8,
+    batch_size: int = 32,
+    embed_scale: float = 1.0,
+    embed_std: float = 1.0,
+    activation: str = "gelu",
+    zero_qk: bool = False,
+) -> tuple[PlacementModel, Tensor]:
+    """A seeded :class:`PlacementModel`, after one backward pass of the mean cross-entropy of one
+    seeded batch of the reversal task; also returns that batch's int64 tokens ``(B, T)``."""
+    set_seed(seed)
+    model = PlacementModel(
+        placement,
+        vocab_size,
+        seq_len,
+        num_layers,
+        d_model,
+        nhead,
+        dim_feedforward,
+        embed_scale,
+        activation,
+        embed_std,
+        zero_qk,
+    )
+    tokens, targets = reverse_task(
+        batch_size, seq_len, vocab_size, torch.Generator().manual_seed(seed)
+    )  # (B, T) each
+    logits = model(tokens)  # (B, T, V)
+    F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).backward()
+    return model, tokens
+
+
+def ffn_gradient_profile(placement: str, num_layers: int, seed: int, **sizes) -> np.ndarray:
+    """Frobenius norm of dLoss/dW of every block's FFN output weight (``fc2``), at init.
+
+    The model and the batch are those of :func:`last_ffn_gradient_norm`; ``sizes`` are its
+    keyword arguments (plus ``activation`` and ``zero_qk`` of :class:`PlacementModel`).
+    Returns float64 of shape ``(num_layers,)``, first block to last.
+    """
+    model, _ = _initial_backward(placement, num_layers, seed, **sizes)
+    return np.array([float(b.ffn.fc2.weight.grad.double().norm()) for b in model.blocks])
 
 
 def last_ffn_gradient_norm(
@@ -171,6 +256,7 @@ def last_ffn_gradient_norm(
     seq_len: int = 8,
     batch_size: int = 32,
     embed_scale: float = 1.0,
+    embed_std: float = 1.0,
 ) -> float:
     """Frobenius norm of dLoss/dW for the last block's FFN output weight (``fc2``), at init.
 
@@ -178,16 +264,54 @@ def last_ffn_gradient_norm(
     batch of :func:`~addnorm_lib.experiments.deepnorm.reverse_task` (random tokens, seeded by
     ``seed``).
     """
-    set_seed(seed)
-    model = PlacementModel(
-        placement, vocab_size, seq_len, num_layers, d_model, nhead, dim_feedforward, embed_scale
+    model, _ = _initial_backward(
+        placement,
+        num_layers,
+        seed,
+        d_model=d_model,
+        nhead=nhead,
+        dim_feedforward=dim_feedforward,
+        vocab_size=vocab_size,
+        seq_len=seq_len,
+        batch_size=batch_size,
+        embed_scale=embed_scale,
+        embed_std=embed_std,
     )
-    tokens, targets = reverse_task(
-        batch_size, seq_len, vocab_size, torch.Generator().manual_seed(seed)
-    )
-    logits = model(tokens)  # (B, T, V)
-    F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).backward()
     return float(model.blocks[-1].ffn.fc2.weight.grad.double().norm())
+
+
+def first_adam_step(
+    placement: str,
+    num_layers: int,
+    seed: int,
+    lr: float,
+    *,
+    betas: Sequence[float] = (0.9, 0.98),
+    **sizes,
+) -> dict:
+    """One Adam step from initialization: its size, and how much it changes the stack's output.
+
+    The model, batch and gradients are those of :func:`ffn_gradient_profile` (``sizes`` are the
+    same keyword arguments). Returns a dict of floats: ``last_ffn_grad`` (Theorem 1's
+    quantity), ``grad_norm`` and ``update_norm`` (the norms of the gradient of all parameters
+    together and of the step's change to them) and ``output_change`` (the per-token RMS of the
+    change of :meth:`PlacementModel.features` on the same batch, averaged over its tokens; the
+    features have RMS 1 per token, so this is a relative change).
+    """
+    model, tokens = _initial_backward(placement, num_layers, seed, **sizes)
+    params = [p for p in model.parameters() if p.requires_grad]
+    with torch.no_grad():
+        before = model.features(tokens)  # (B, T, C)
+        weights = [p.detach().clone() for p in params]
+    torch.optim.Adam(params, lr=lr, betas=tuple(betas)).step()
+    with torch.no_grad():
+        change = model.features(tokens) - before  # (B, T, C)
+    return {
+        "last_ffn_grad": float(model.blocks[-1].ffn.fc2.weight.grad.double().norm()),
+        "grad_norm": _global_norm(p.grad for p in params if p.grad is not None),
+        "update_norm": _global_norm(p.detach() - w for p, w in zip(params, weights, strict=True)),
+        "output_change": float(change.double().pow(2).mean(-1).sqrt().mean()),
+    }
 
 
 def stream_norms(
@@ -211,10 +335,7 @@ def stream_norms(
     set_seed(seed)
     stack = make_stack("pre", num_layers, d_model, nhead, dim_feedforward, activation)
     if zero_qk:
-        with torch.no_grad():
-            for block in stack.layers:
-                block.self_attn.q_proj.weight.zero_()
-                block.self_attn.k_proj.weight.zero_()
+        _zero_qk(stack.layers)
     x = torch.randn(batch_size, seq_len, d_model)  # (B, T, C)
     sizes = [x.double().pow(2).sum(-1).mean().item() / d_model]
     with torch.no_grad():
@@ -260,7 +381,9 @@ def train_placement_model(
     held-out batch of 512 sequences. Training stops at a non-finite loss.
 
     Returns a dict: ``losses`` (training loss per step, list of ``steps`` floats, NaN after a
-    divergence), ``final_loss`` and ``final_accuracy`` on the held-out batch.
+    divergence), ``grad_norms`` and ``update_norms`` (per step, the norm of the gradient of all
+    parameters together and of the change the optimizer step made to them, NaN likewise),
+    ``final_loss`` and ``final_accuracy`` on the held-out batch.
     """
     opt_class = lookup(_OPTIMIZERS, optimizer, "optimizer")
     opt = opt_class(model.parameters(), lr=lr, betas=tuple(betas))
@@ -270,7 +393,8 @@ def train_placement_model(
         sched = None
     vocab_size, seq_len = model.vocab_size, model.seq_len
     data = torch.Generator().manual_seed(seed)
-    losses = [math.nan] * steps
+    params = [p for p in model.parameters() if p.requires_grad]
+    losses, grad_norms, update_norms = ([math.nan] * steps for _ in range(3))
     for step in range(steps):
         tokens, targets = reverse_task(batch_size, seq_len, vocab_size, data)  # (B, T) each
         loss = F.cross_entropy(model(tokens).reshape(-1, vocab_size), targets.reshape(-1))
@@ -278,22 +402,39 @@ def train_placement_model(
             break
         opt.zero_grad()
         loss.backward()
+        before = [p.detach().clone() for p in params]
         opt.step()
         if sched is not None:
             sched.step()
         losses[step] = loss.item()
+        grad_norms[step] = _global_norm(p.grad for p in params if p.grad is not None)
+        update_norms[step] = _global_norm(
+            p.detach() - b for p, b in zip(params, before, strict=True)
+        )
     tokens, targets = reverse_task(512, seq_len, vocab_size, data)  # (512, T), held out
     with torch.no_grad():
         logits = model(tokens)  # (512, T, V)
         final = F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).item()
         accuracy = (logits.argmax(-1) == targets).double().mean().item()
-    return {"losses": losses, "final_loss": final, "final_accuracy": accuracy}
+    return {
+        "losses": losses,
+        "grad_norms": grad_norms,
+        "update_norms": update_norms,
+        "final_loss": final,
+        "final_accuracy": accuracy,
+    }
+
+
+def _global_norm(tensors: Iterable[Tensor]) -> float:
+    """Euclidean norm of all entries of ``tensors`` together (computed in float64)."""
+    return math.sqrt(sum(float(t.double().pow(2).sum()) for t in tensors))
 
 
 def run_spec(spec: RunSpec, config: dict | None = None) -> dict:
     """Build the seeded model of ``spec`` (sizes from ``config``, default :data:`SWEEP_CONFIG`),
     train it with :func:`train_placement_model`, and return ``asdict(spec)`` plus the results
-    (``losses`` rounded to 5 decimals) and ``seconds``. Runs on one thread."""
+    (``losses`` rounded to 5 decimals, the norms to 4 significant digits) and ``seconds``. Runs on
+    one thread."""
     config = {**SWEEP_CONFIG, **(config or {})}
     torch.set_num_threads(1)
     set_seed(spec.seed)
@@ -318,6 +459,8 @@ def run_spec(spec: RunSpec, config: dict | None = None) -> dict:
         betas=config["betas"],
     )
     result["losses"] = [round(v, 5) if math.isfinite(v) else None for v in result["losses"]]
+    for key in ("grad_norms", "update_norms"):
+        result[key] = [float(f"{v:.4g}") if math.isfinite(v) else None for v in result[key]]
     return {**asdict(spec), **result, "seconds": time.perf_counter() - start}
 
 
@@ -363,13 +506,18 @@ def warmup_sweep(specs: Sequence[RunSpec], jobs: int = 1) -> list[dict]:
         return [run_spec(s) for s in specs]
     import multiprocessing
 
-    order = sorted(range(len(specs)), key=lambda i: -(specs[i].steps or 0))
+    order = _longest_first(specs)
     with multiprocessing.get_context("spawn").Pool(jobs) as pool:
         done = pool.map(run_spec, [specs[i] for i in order], chunksize=1)
     runs: list[dict] = [{}] * len(specs)
     for i, run in zip(order, done, strict=True):
         runs[i] = run
     return runs
+
+
+def _longest_first(specs: Sequence[RunSpec]) -> list[int]:
+    """Indices of ``specs``, those with the most ``steps`` first, otherwise in their order."""
+    return sorted(range(len(specs)), key=lambda i: -(specs[i].steps or 0))
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -531,7 +531,11 @@ def plot_runs(
                 curve = np.convolve(curve, np.ones(window) / window, mode="valid")
             steps = np.arange(window, window + len(curve))
             (line,) = ax.plot(
-                steps, curve, color=color, label=label if k == 0 else None, alpha=1 - 0.35 * k
+                steps,
+                curve,
+                color=color,
+                label=label if k == 0 else None,
+                alpha=max(0.25, 1 - 0.35 * k),
             )
             color = line.get_color()
     ax.set_xlabel("step")

@@ -51,7 +51,8 @@ def deepnorm_constants(
     num_decoder_layers: int = 0,
     stack: str | None = None,
 ) -> tuple[float, float]:
-    """DeepNorm's ``(alpha, beta)`` for one stack of layers (DeepNet, section 4.3).
+    """DeepNorm's ``(alpha, beta)`` for one stack of layers (DeepNet, Figure 2(b); derived in its
+    section 4.3 and appendices B-C).
 
     Args:
         architecture: ``"encoder-only"`` (uses N = ``num_encoder_layers``), ``"decoder-only"``

@@ -259,9 +259,11 @@ def t5_norm(d_model: int) -> nn.Module:
 
 
 def build_t5(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
-    """T5: pre-norm blocks with an RMS-style norm (:func:`t5_norm`)."""
+    """T5: pre-norm blocks with an RMS-style norm (:func:`t5_norm`), and a final one."""
     return _stack(
-        lambda a, f: PreLNBlock(a, f, d_model, norm=t5_norm), (num_layers, d_model, nhead, d_ff)
+        lambda a, f: PreLNBlock(a, f, d_model, norm=t5_norm),
+        (num_layers, d_model, nhead, d_ff),
+        final_norm=t5_norm(d_model),
     )
 
 
@@ -275,10 +277,12 @@ def build_llama(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooSt
 
 
 def build_deepseek_v3(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
-    """DeepSeek-V3, in part: pre-RMSNorm blocks. The RMSNorms inside its attention's low-rank
-    projections are not modelled."""
+    """DeepSeek-V3, in part: pre-RMSNorm blocks and a final RMSNorm. The RMSNorms inside its
+    attention's low-rank projections are not modelled."""
     return _stack(
-        lambda a, f: PreLNBlock(a, f, d_model, norm=nn.RMSNorm), (num_layers, d_model, nhead, d_ff)
+        lambda a, f: PreLNBlock(a, f, d_model, norm=nn.RMSNorm),
+        (num_layers, d_model, nhead, d_ff),
+        final_norm=nn.RMSNorm(d_model),
     )
 
 
@@ -298,19 +302,22 @@ def build_glm130b(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> Zoo
 
 def build_gemma(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
     """Gemma 2/3: "sandwich" blocks, an RMSNorm before and after each sublayer, scaling by
-    ``1 + weight`` (:class:`~addnorm_lib.transformer.architectures.OffsetRMSNorm`)."""
+    ``1 + weight`` (:class:`~addnorm_lib.transformer.architectures.OffsetRMSNorm`), and a final
+    one."""
     return _stack(
         lambda a, f: SandwichBlock(a, f, d_model, norm=OffsetRMSNorm),
         (num_layers, d_model, nhead, d_ff),
+        final_norm=OffsetRMSNorm(d_model),
     )
 
 
 def build_olmo2(d_model=D_MODEL, nhead=N_HEAD, d_ff=D_FF, num_layers=2) -> ZooStack:
     """OLMo 2: no norm at the sublayers' input; an RMSNorm on each sublayer's output before the
-    add. Its QK-norm is not modelled."""
+    add, and a final RMSNorm. Its QK-norm is not modelled."""
     return _stack(
         lambda a, f: OutputNormBlock(a, f, d_model, norm=nn.RMSNorm),
         (num_layers, d_model, nhead, d_ff),
+        final_norm=nn.RMSNorm(d_model),
     )
 
 
@@ -466,10 +473,9 @@ def check_gpt2(model: ZooStack, x: Tensor) -> dict[str, float]:
 
 def check_t5(model: ZooStack, x: Tensor) -> dict[str, float]:
     """Pre-norm, RMS-style: unit RMS at each sublayer's input, but not zero mean; the norm has no
-    bias and no mean subtraction (a shifted input changes its output); eps 1e-6. Whether there is
-    a final norm is not checked: the row does not say."""
+    bias and no mean subtraction (a shifted input changes its output); eps 1e-6; a final norm."""
     t = trace(model, x)
-    out = _check_pre_norm(t, "rms", final=None)
+    out = _check_pre_norm(t, "rms", final=True)
     mean_left = max(float(token_mean(h).abs().max()) for h in _sublayer_inputs(t))
     _expect(mean_left > 0.1, "the sublayer inputs have zero mean: the norm subtracts the mean")
     norm = model.layers[0].norm1
@@ -494,9 +500,10 @@ def check_llama(model: ZooStack, x: Tensor) -> dict[str, float]:
 
 
 def check_deepseek_v3(model: ZooStack, x: Tensor) -> dict[str, float]:
-    """Pre-RMSNorm at each sublayer input; the stream is not normalized. (Nothing is checked
-    about a final norm, nor about the norms inside the attention, which are not modelled.)"""
+    """Pre-RMSNorm at each sublayer input; the stream is not normalized; a final norm. (The norms
+    inside the attention are not modelled.)"""
     t = trace(model, x)
+    _expect(_rms_normalized(t.output), "the output is not normalized: the final norm is missing")
     _expect(
         all(_rms_normalized(h) for h in _sublayer_inputs(t)),
         "a sublayer reads an input that is not RMS-normalized",
@@ -532,8 +539,10 @@ def check_glm130b(model: ZooStack, x: Tensor) -> dict[str, float]:
 
 def check_gemma(model: ZooStack, x: Tensor) -> dict[str, float]:
     """Sandwich norms scaling by ``1 + weight``: a norm whose weight is zero scales by exactly 1;
-    each sublayer reads a unit-RMS input; what is added to the stream has unit RMS per token."""
+    each sublayer reads a unit-RMS input; what is added to the stream has unit RMS per token; a
+    final norm."""
     t = trace(model, x)
+    _expect(_rms_normalized(t.output), "the output is not normalized: the final norm is missing")
     norm = copy.deepcopy(model.layers[0].pre_attn_norm)
     with torch.no_grad():
         norm.weight.zero_()
@@ -566,8 +575,9 @@ def check_gemma(model: ZooStack, x: Tensor) -> dict[str, float]:
 
 def check_olmo2(model: ZooStack, x: Tensor) -> dict[str, float]:
     """No input norm: the attention reads the raw stream. What each sublayer adds to the stream
-    has unit RMS per token: the norm is on the sublayer's output."""
+    has unit RMS per token: the norm is on the sublayer's output. A final norm."""
     t = trace(model, x)
+    _expect(_rms_normalized(t.output), "the output is not normalized: the final norm is missing")
     _expect(
         all(torch.equal(a, s) for a, s in zip(t.attn_in, t.layer_in, strict=True)),
         "the attention does not read the raw stream: there is a norm at its input",

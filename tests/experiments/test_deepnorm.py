@@ -1,5 +1,14 @@
-"""The DeepNorm chapter's experiment tools measure what they say; its plots draw what they get."""
+"""The DeepNorm chapter's experiment tools measure what they say, its cached runs are current, and
+its plots draw what they get.
 
+``book/data/deepnorm_runs.json`` holds the 24-layer runs that the chapter reads (regenerate it with
+``python -m addnorm_lib.experiments.deepnorm runs --out book/data/deepnorm_runs.json``). Re-running
+a whole run takes too long for the test suite, so the cache test re-runs the first steps of a few
+runs and compares them with the file: the batches do not depend on the total number of steps, so
+the first steps of a shorter run are those of the cached one.
+"""
+
+import json
 import math
 
 import matplotlib
@@ -13,12 +22,25 @@ import torch
 
 from addnorm_lib.experiments import plots
 from addnorm_lib.experiments.deepnorm import (
+    CHAPTER_CONFIG,
+    CHAPTER_SEEDS,
+    VARIANTS,
     SequenceModel,
+    SwappedLayer,
+    make_variant,
     relative_output_change,
     reverse_task,
+    run_variant,
+    shortcut_weight,
+    stack_diagnostics,
+    swapped_residual,
     train_sequence_model,
 )
-from addnorm_lib.reference.deepnorm import DEEPNORM_SCALED, deepnorm_constants
+from addnorm_lib.reference.deepnorm import DEEPNORM_SCALED, DeepNormLayer, deepnorm_constants
+from tests.conftest import ROOT
+
+CACHE = ROOT / "book" / "data" / "deepnorm_runs.json"
+PREFIX_STEPS = 10
 
 SIZES = {
     "vocab_size": 7,
@@ -33,6 +55,11 @@ SIZES = {
 def model(seed: int = 0, deepnorm: bool = True) -> SequenceModel:
     torch.manual_seed(seed)
     return SequenceModel(**SIZES, deepnorm=deepnorm)
+
+
+@pytest.fixture(scope="module")
+def cache():
+    return json.loads(CACHE.read_text(encoding="utf-8"))
 
 
 def test_reverse_task_targets_are_the_reversed_tokens():
@@ -79,6 +106,7 @@ def test_training_records_loss_and_change_and_learns():
     assert (run.output_change[:5] > 0).all()
     assert run.losses[-10:].mean() < run.losses[:5].mean() - 0.2  # it learns something
     assert 0 <= run.final_accuracy <= 1 and math.isfinite(run.final_loss)
+    assert run.diagnosed_steps.shape == (0,) and run.stream_grad.shape == (0, 4)
 
 
 def test_training_is_seeded_and_first_change_matches_a_manual_adam_step():
@@ -101,6 +129,119 @@ def test_training_is_seeded_and_first_change_matches_a_manual_adam_step():
     assert a.output_change[0] == pytest.approx(
         relative_output_change(m, reference, fixed), rel=1e-6
     )
+
+
+def test_swapped_residual_down_weights_the_shortcut():
+    torch.manual_seed(0)
+    layer = DeepNormLayer(16, 2, 32).double()
+    norm = torch.nn.LayerNorm(16, eps=0.0).double()  # exact scale invariance without eps
+    x = torch.randn(3, 4, 16, dtype=torch.float64)  # (B, T, C)
+    with torch.no_grad():
+        swapped = swapped_residual(x, layer.ffn, norm, 2.5)
+        torch.testing.assert_close(swapped, norm(x / 2.5 + layer.ffn(x)))
+        assert (swapped - norm(2.5 * x + layer.ffn(x))).abs().max() > 0.1
+
+
+def test_make_variant_changes_only_alpha_beta_or_the_step():
+    config = {**SIZES, "num_layers": 2}
+    alpha, beta = deepnorm_constants("encoder-only", 2)
+    built = {v: make_variant(v, 4, config) for v in VARIANTS}
+    layer_alpha = {v: {layer.alpha for layer in m.encoder.layers} for v, m in built.items()}
+    assert layer_alpha == {
+        "Post-LN": {1.0},
+        "alpha only": {alpha},
+        "beta only": {1.0},
+        "swapped": {alpha},
+        "DeepNorm": {alpha},
+    }
+    assert all(isinstance(layer, SwappedLayer) for layer in built["swapped"].encoder.layers)
+    assert not any(isinstance(layer, SwappedLayer) for layer in built["DeepNorm"].encoder.layers)
+    assert [shortcut_weight(layer) for layer in built["swapped"].encoder.layers] == [1.0, 1.0]
+    post = dict(built["Post-LN"].named_parameters())
+    for v in ("beta only", "swapped", "DeepNorm"):
+        for name, p in built[v].named_parameters():
+            scaled = any(f".{path}.weight" in name for path in DEEPNORM_SCALED)
+            assert torch.equal(p, post[name] * beta if scaled else post[name]), (v, name)
+    for name, p in built["alpha only"].named_parameters():
+        assert torch.equal(p, post[name]), name
+    with pytest.raises(ValueError, match="variant must be one of"):
+        make_variant("Pre-LN", 0, config)
+
+
+def test_stack_diagnostics_measure_the_norm_inputs_and_the_stream_gradient():
+    m = make_variant("DeepNorm", 2, SIZES)
+    tokens, targets = reverse_task(8, 5, 7, torch.Generator().manual_seed(0))
+    ratio, grad = stack_diagnostics(m, tokens, targets)
+    assert ratio.shape == (6,) and grad.shape == (4,)
+    assert all(p.grad is None for p in m.parameters())  # left clean
+    # the stack's input gradient, by autograd
+    x0 = m.embed_tokens(tokens).detach().requires_grad_(True)
+    loss = torch.nn.functional.cross_entropy(m.head(m.encoder(x0)).reshape(-1, 7), targets.ravel())
+    loss.backward()
+    assert grad[0] == pytest.approx(x0.grad.double().norm().item(), rel=1e-5)
+    # with branches that output zero, every norm's input is its shortcut: ratio 1
+    with torch.no_grad():
+        for layer in m.encoder.layers:
+            layer.self_attn.out_proj.weight.zero_()
+            layer.ffn.fc2.weight.zero_()
+    ratio, _ = stack_diagnostics(m, tokens, targets)
+    np.testing.assert_allclose(ratio, 1.0, rtol=1e-6)
+
+
+def test_diagnostics_do_not_change_training():
+    with_diag = train_sequence_model(
+        make_variant("swapped", 1, SIZES), 1, steps=4, change_steps=4, diagnose_at=(0, 2, 4)
+    )
+    without = train_sequence_model(make_variant("swapped", 1, SIZES), 1, steps=4, change_steps=4)
+    np.testing.assert_array_equal(with_diag.losses, without.losses)
+    np.testing.assert_array_equal(with_diag.output_change, without.output_change)
+    assert with_diag.final_loss == without.final_loss
+    assert with_diag.diagnosed_steps.tolist() == [0, 2, 4]
+    assert with_diag.ln_input_ratio.shape == (3, 6) and with_diag.stream_grad.shape == (3, 4)
+    with pytest.raises(ValueError, match="diagnose_at"):
+        train_sequence_model(make_variant("swapped", 1, SIZES), 1, steps=2, diagnose_at=(3,))
+
+
+def test_cache_covers_every_variant_and_seed_with_the_chapter_config(cache):
+    assert cache["config"] == {
+        **CHAPTER_CONFIG,
+        "betas": list(CHAPTER_CONFIG["betas"]),
+        "diagnose_at": list(CHAPTER_CONFIG["diagnose_at"]),
+    }
+    assert cache["variants"] == list(VARIANTS) and cache["seeds"] == list(CHAPTER_SEEDS)
+    assert [(r["variant"], r["seed"]) for r in cache["runs"]] == [
+        (v, s) for v in VARIANTS for s in CHAPTER_SEEDS
+    ]
+    assert "python -m addnorm_lib.experiments.deepnorm runs" in cache["command"]
+    layers = CHAPTER_CONFIG["num_layers"]
+    for run in cache["runs"]:
+        assert len(run["losses"]) == CHAPTER_CONFIG["steps"]
+        assert len(run["output_change"]) == CHAPTER_CONFIG["change_steps"]
+        assert run["diagnosed_steps"] == list(CHAPTER_CONFIG["diagnose_at"])
+        assert np.shape(run["ln_input_ratio"]) == (len(run["diagnosed_steps"]), 2 * layers)
+        assert np.shape(run["stream_grad"]) == (len(run["diagnosed_steps"]), layers + 1)
+
+
+RECHECKED = [("Post-LN", 2), ("swapped", 0), ("DeepNorm", 5)]
+
+
+@pytest.mark.parametrize(("variant", "seed"), RECHECKED, ids=str)
+def test_cached_runs_are_reproduced(cache, variant, seed):
+    """The first steps of a re-run give the cached numbers (one CPU thread, float32)."""
+    (cached,) = [r for r in cache["runs"] if (r["variant"], r["seed"]) == (variant, seed)]
+    threads = torch.get_num_threads()
+    try:
+        now = run_variant(variant, seed, {"steps": PREFIX_STEPS})
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_allclose(now["losses"], cached["losses"][:PREFIX_STEPS], rtol=1e-4)
+    np.testing.assert_allclose(
+        now["output_change"], cached["output_change"][:PREFIX_STEPS], rtol=1e-3
+    )
+    k = len(now["diagnosed_steps"])
+    assert now["diagnosed_steps"] == cached["diagnosed_steps"][:k]
+    for key in ("ln_input_ratio", "stream_grad"):
+        np.testing.assert_allclose(now[key], cached[key][:k], rtol=1e-2, err_msg=key)
 
 
 def test_plot_deepnorm_constants_draws_each_stack():

@@ -1,7 +1,8 @@
 """The placement chapter's experiment tools measure what they say, and its cached sweep is current.
 
 ``book/data/warmup_sweep.json`` holds the warm-up sweep that the chapter reads (regenerate it with
-``python -m addnorm_lib.experiments.placement warmup-sweep --out book/data/warmup_sweep.json``).
+``python -m addnorm_lib.experiments.placement warmup-sweep --out book/data/warmup_sweep.json``,
+adding ``--jobs 2`` for two processes).
 Re-running a whole run takes too long for the test suite, so the cache test re-runs the first steps
 of a few runs and compares their training losses with the file: the schedule and the batches do
 not depend on the total number of steps, so the first steps of a shorter run are those of the
@@ -25,6 +26,9 @@ from addnorm_lib.experiments.placement import (
     SWEEP_CONFIG,
     PlacementModel,
     RunSpec,
+    _longest_first,
+    ffn_gradient_profile,
+    first_adam_step,
     last_ffn_gradient_norm,
     make_stack,
     run_spec,
@@ -46,7 +50,9 @@ def cache():
 
 def spec_of(run: dict) -> RunSpec:
     """The RunSpec of one cached run."""
-    return RunSpec(run["placement"], run["optimizer"], run["lr"], run["warmup"], run["seed"])
+    return RunSpec(
+        run["placement"], run["optimizer"], run["lr"], run["warmup"], run["seed"], run["steps"]
+    )
 
 
 def test_both_placements_draw_the_same_weights():
@@ -75,6 +81,47 @@ def test_last_ffn_gradient_norm_is_the_fc2_gradient():
         "pre", 2, 0, d_model=16, nhead=2, dim_feedforward=24, embed_scale=10.0
     )
     assert big < g / 2
+
+
+def test_the_profile_ends_with_the_last_gradient_and_the_first_step_measures_it():
+    sizes = {"d_model": 16, "nhead": 2, "dim_feedforward": 24}
+    profile = ffn_gradient_profile("post", 3, 0, **sizes)
+    assert profile.shape == (3,) and (profile > 0).all()
+    assert profile[-1] == last_ffn_gradient_norm("post", 3, 0, **sizes)
+    step = first_adam_step("post", 3, 0, 1e-3, **sizes)
+    assert step["last_ffn_grad"] == profile[-1]
+    # Adam's first step moves every weight with a non-zero gradient by lr (m / sqrt(v) = sign g);
+    # the key projections' biases get (almost) none: softmax ignores a shift shared by all keys
+    torch.manual_seed(0)
+    n_params = sum(p.numel() for p in PlacementModel("post", 12, 8, 3, 16, 2, 24).parameters())
+    assert step["update_norm"] == pytest.approx(1e-3 * n_params**0.5, rel=1e-2)
+    assert 0 < step["output_change"] < 1 and step["grad_norm"] > step["last_ffn_grad"]
+    # a tenfold smaller step changes the output about ten times less (the linear range)
+    small = first_adam_step("post", 3, 0, 1e-4, **sizes)
+    assert small["output_change"] == pytest.approx(step["output_change"] / 10, rel=0.1)
+
+
+def test_embed_std_scales_the_same_draw_and_zero_qk_makes_attention_uniform():
+    torch.manual_seed(0)
+    plain = PlacementModel("pre", 7, 5, 2, 16, 2, 24)
+    torch.manual_seed(0)
+    scaled = PlacementModel(
+        "pre", 7, 5, 2, 16, 2, 24, embed_scale=4.0, embed_std=0.25, zero_qk=True
+    )
+    torch.testing.assert_close(scaled.embed.weight, 0.25 * plain.embed.weight)
+    tokens = torch.randint(7, (3, 5))
+    torch.testing.assert_close(scaled.embedded(tokens), plain.embedded(tokens))
+    for name, p in plain.named_parameters():
+        if name != "embed.weight" and "q_proj.weight" not in name and "k_proj.weight" not in name:
+            assert torch.equal(p, dict(scaled.named_parameters())[name]), name
+    for block in scaled.blocks:
+        assert not block.self_attn.q_proj.weight.any() and not block.self_attn.k_proj.weight.any()
+
+
+def test_the_longest_runs_are_started_first():
+    specs = [RunSpec("post", "adam", 1e-3, 0, 0), RunSpec("post", "adam", 1e-3, 0, 1, 900)]
+    specs += [RunSpec("pre", "adam", 1e-3, 0, 0), RunSpec("pre", "adam", 1e-3, 0, 1, 1500)]
+    assert _longest_first(specs) == [3, 1, 0, 2]
 
 
 def test_stream_norms_start_at_one_and_grow():
@@ -108,14 +155,18 @@ def test_cache_covers_the_sweep_and_matches_the_config(cache):
     assert cache["config"] == {**SWEEP_CONFIG, "betas": list(SWEEP_CONFIG["betas"])}
     assert [spec_of(run) for run in cache["runs"]] == sweep_specs()
     assert "python -m addnorm_lib.experiments.placement warmup-sweep" in cache["command"]
+    assert len({run["seed"] for run in cache["runs"]}) >= 6  # the chapter reports rates over seeds
     for run in cache["runs"]:
-        assert len(run["losses"]) == SWEEP_CONFIG["steps"]
+        steps = run["steps"] or SWEEP_CONFIG["steps"]
+        for key in ("losses", "grad_norms", "update_norms"):
+            assert len(run[key]) == steps, key
 
 
 RECHECKED = [
     RunSpec("post", "adam", 3e-3, 0, 0),
     RunSpec("post", "adam", 3e-3, 100, 1),
     RunSpec("pre", "radam", 3e-3, 0, 0),
+    RunSpec("post", "adam", 3e-3, 300, 5),
 ]
 
 
@@ -129,6 +180,8 @@ def test_cached_runs_are_reproduced(cache, spec):
     finally:
         torch.set_num_threads(threads)
     np.testing.assert_allclose(now["losses"], cached["losses"][:PREFIX_STEPS], atol=2e-3)
+    for key in ("grad_norms", "update_norms"):  # 4 significant digits in the file
+        np.testing.assert_allclose(now[key], cached[key][:PREFIX_STEPS], rtol=2e-3)
 
 
 @pytest.mark.parametrize("kind", sorted(plots.PLACEMENT_LAYOUTS))
