@@ -244,40 +244,15 @@ def ffn_gradient_profile(placement: str, num_layers: int, seed: int, **sizes) ->
     return np.array([float(b.ffn.fc2.weight.grad.double().norm()) for b in model.blocks])
 
 
-def last_ffn_gradient_norm(
-    placement: str,
-    num_layers: int,
-    seed: int,
-    *,
-    d_model: int = 64,
-    nhead: int = 4,
-    dim_feedforward: int = 256,
-    vocab_size: int = 12,
-    seq_len: int = 8,
-    batch_size: int = 32,
-    embed_scale: float = 1.0,
-    embed_std: float = 1.0,
-) -> float:
-    """Frobenius norm of dLoss/dW for the last block's FFN output weight (``fc2``), at init.
+def last_ffn_gradient_norm(placement: str, num_layers: int, seed: int, **sizes) -> float:
+    """Frobenius norm of dLoss/dW for the last block's FFN output weight (``fc2``), at init:
+    Theorem 1's quantity, the last entry of :func:`ffn_gradient_profile` (same arguments).
 
     The model is a seeded :class:`PlacementModel`; the loss is the mean cross-entropy of one
     batch of :func:`~addnorm_lib.experiments.deepnorm.reverse_task` (random tokens, seeded by
     ``seed``).
     """
-    model, _ = _initial_backward(
-        placement,
-        num_layers,
-        seed,
-        d_model=d_model,
-        nhead=nhead,
-        dim_feedforward=dim_feedforward,
-        vocab_size=vocab_size,
-        seq_len=seq_len,
-        batch_size=batch_size,
-        embed_scale=embed_scale,
-        embed_std=embed_std,
-    )
-    return float(model.blocks[-1].ffn.fc2.weight.grad.double().norm())
+    return float(ffn_gradient_profile(placement, num_layers, seed, **sizes)[-1])
 
 
 def first_adam_step(
