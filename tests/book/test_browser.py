@@ -33,13 +33,14 @@ KEY_PAGES = ["book/intro.html", "book/layernorm.html", "book/placement.html"]
 NOT_PAGES = {"_static", "_sources", "_images", "_downloads"}
 SCREENSHOT_MAX_HEIGHT = 12000  # CSS pixels: enough for a chapter's first screens and figures
 # Console errors that the toolchain, not the book, emits; matched exactly, nothing else is forgiven.
-# sphinx-thebe adds its inline `const THEBE_JS_URL = ...` script twice to each page (thebe is unused
-# here, and the first copy already defines it); pydata-sphinx-theme logs an invalid "" theme mode
-# on a reader's first visit, before its localStorage holds one.
+# pydata-sphinx-theme logs an invalid "" theme mode on a reader's first visit, before its
+# localStorage holds one. (sphinx-thebe's doubled inline script is dropped by _ext/page_cleanup.py.)
 TOOLCHAIN_NOISE = {
-    "JS exception: SyntaxError: Identifier 'THEBE_JS_URL' has already been declared",
     "console.error: Got invalid theme mode: . Resetting to auto.",
 }
+# Where a launch button would send a reader: no page may link there (the course has no public
+# repository that Binder or Colab could open).
+LAUNCHERS = ("mybinder.org", "colab.research.google.com", "github.com/addnorm-course")
 REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
 EMPTY_REPORT = {"hasMath": False, "untypeset": [], "text": "", "images": [], "links": [], "ids": []}
 EMPTY_REPORT |= {"headerDownloads": [], "errors": [], "outside": []}
@@ -108,12 +109,8 @@ def problems_in(events: list[dict]) -> tuple[list[str], list[str]]:
             errors.append(f"console.{params['type']}: {' '.join(words)}")
         elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
             entry = params["entry"]
-            if entry.get("url", "").endswith("/favicon.ico"):  # asked for by the browser
-                continue
             errors.append(f"{entry['source']} error: {entry['text']} {entry.get('url', '')}")
         elif method == "Network.responseReceived" and params["response"]["status"] >= 400:
-            if params["response"]["url"].endswith("/favicon.ico"):  # asked for by the browser
-                continue
             errors.append(f"HTTP {params['response']['status']}: {params['response']['url']}")
         elif method == "Network.loadingFailed" and not params.get("canceled"):
             url = urls.get(params["requestId"], params["requestId"])
@@ -245,6 +242,14 @@ def test_search_finds_the_chapters_offline(site):
 
 def test_no_console_errors_or_failed_loads(site):
     fail_on(site, lambda report: report["errors"], "console errors or failed loads")
+
+
+def test_no_page_offers_a_launcher_that_cannot_work(site):
+    def check(report):
+        links = report["links"]
+        return [f"links to {href}" for href in links if any(site_ in href for site_ in LAUNCHERS)]
+
+    fail_on(site, check, "links to launchers")
 
 
 def test_math_is_typeset(site):
