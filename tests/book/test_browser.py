@@ -34,7 +34,8 @@ NOT_PAGES = {"_static", "_sources", "_images", "_downloads"}
 SCREENSHOT_MAX_HEIGHT = 12000  # CSS pixels: enough for a chapter's first screens and figures
 # Console errors that the toolchain, not the book, emits; matched exactly, nothing else is forgiven.
 # pydata-sphinx-theme logs an invalid "" theme mode on a reader's first visit, before its
-# localStorage holds one. (sphinx-thebe's doubled inline script is dropped by _ext/page_cleanup.py.)
+# localStorage holds one. (sphinx-thebe's doubled inline script is dropped by
+# addnorm_lib.authoring.page_cleanup.)
 TOOLCHAIN_NOISE = {
     "console.error: Got invalid theme mode: . Resetting to auto.",
 }

@@ -70,7 +70,7 @@ def executed(book: Path, since: float) -> dict[str, bool]:
 
 
 def test_only_the_edited_chapter_executes_again(tmp_path):
-    for name in ("_config.yml", "references.bib"):
+    for name in ("_config.yml", "references.bib", "favicon.svg"):
         shutil.copy(ROOT / name, tmp_path / name)
     (tmp_path / "_vendor").mkdir()  # the config's static folder (widget scripts; none needed here)
     (tmp_path / "_toc.yml").write_text(
