@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from addnorm_lib import lookup
-from addnorm_lib.experiments.deepnorm import reverse_task
+from addnorm_lib.experiments.deepnorm import held_out_score, reverse_task
 from addnorm_lib.reference.placement import PreLNBlock
 from addnorm_lib.transformer.architectures import OutputNormBlock, SandwichBlock
 from addnorm_lib.transformer.sublayers import FeedForward, xavier_init_
@@ -406,9 +406,5 @@ def train_beyond_model(
         loss.backward()
         opt.step()
         losses[step], max_logit[step] = loss.item(), model.max_attention_logit()
-    tokens, targets = reverse_task(512, seq_len, vocab_size, data)  # (512, T), held out
-    with torch.no_grad():
-        logits = model(tokens)  # (512, T, V)
-        final = F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).item()
-        accuracy = (logits.argmax(-1) == targets).double().mean().item()
+    final, accuracy = held_out_score(model, data)
     return BeyondRun(losses, max_logit, final, accuracy)

@@ -116,6 +116,22 @@ def reverse_task(
     return tokens, tokens.flip(1)
 
 
+def held_out_score(model: nn.Module, generator: torch.Generator) -> tuple[float, float]:
+    """Mean cross-entropy and token accuracy of ``model`` on 512 fresh sequences of the reversal
+    task drawn from ``generator`` (after the training batches), without gradients.
+
+    ``model`` maps int64 tokens ``(B, T)`` to logits ``(B, T, V)`` and has ``vocab_size`` and
+    ``seq_len`` attributes.
+    """
+    vocab_size = model.vocab_size
+    tokens, targets = reverse_task(512, model.seq_len, vocab_size, generator)  # (512, T) each
+    with torch.no_grad():
+        logits = model(tokens)  # (512, T, V)
+        final = F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).item()
+        accuracy = (logits.argmax(-1) == targets).double().mean().item()
+    return final, accuracy
+
+
 class SequenceModel(nn.Module):
     """Embedding -> :class:`~addnorm_lib.reference.deepnorm.DeepNormEncoder` -> linear read-out.
 
@@ -366,11 +382,7 @@ def train_sequence_model(
             change[step] = relative_output_change(model, reference, fixed)
     else:
         diagnose(steps)
-    tokens, targets = reverse_task(512, seq_len, vocab_size, data)  # (512, T) held out
-    with torch.no_grad():
-        logits = model(tokens)  # (512, T, V)
-        final = F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).item()
-        accuracy = (logits.argmax(-1) == targets).double().mean().item()
+    final, accuracy = held_out_score(model, data)
     if not math.isfinite(final):
         accuracy = float("nan")
     num_layers = len(model.encoder.layers)

@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from addnorm_lib import lookup
-from addnorm_lib.experiments.deepnorm import reverse_task
+from addnorm_lib.experiments.deepnorm import held_out_score, reverse_task
 from addnorm_lib.experiments.depth import set_seed
 from addnorm_lib.reference.placement import PostLNBlock, PreLNBlock, PreLNStack
 from addnorm_lib.transformer.sublayers import FeedForward, SelfAttention
@@ -386,11 +386,7 @@ def train_placement_model(
         update_norms[step] = _global_norm(
             p.detach() - b for p, b in zip(params, before, strict=True)
         )
-    tokens, targets = reverse_task(512, seq_len, vocab_size, data)  # (512, T), held out
-    with torch.no_grad():
-        logits = model(tokens)  # (512, T, V)
-        final = F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).item()
-        accuracy = (logits.argmax(-1) == targets).double().mean().item()
+    final, accuracy = held_out_score(model, data)
     return {
         "losses": losses,
         "grad_norms": grad_norms,
