@@ -33,6 +33,8 @@ import torch
 import transformers
 from torch import Tensor, nn
 
+from addnorm_lib.transformer.model_zoo import Recorder
+
 __all__ = [
     "COMPARED",
     "LLAMA_LIKE",
@@ -134,7 +136,7 @@ def _rows(t: Tensor) -> Tensor:
     return t.detach().reshape(-1, t.shape[-1]).double().clone()
 
 
-class Tap:
+class Tap(Recorder):
     """Record what chosen modules read and return during a forward pass, as ``(N, C)`` rows.
 
     >>> with Tap({"attn": block.self_attn}) as tap:
@@ -145,23 +147,11 @@ class Tap:
     (``hidden_states=...``) are found too. Hooks are removed on exit.
     """
 
+    hook_kwargs = True
+
     def __init__(self, modules: Mapping[str, nn.Module]) -> None:
-        self.modules = dict(modules)
-        self.inputs: dict[str, Tensor] = {}
-        self.outputs: dict[str, Tensor] = {}
+        super().__init__(modules)
         self.calls: dict[str, int] = dict.fromkeys(self.modules, 0)
-        self._handles: list = []
-
-    def __enter__(self) -> Tap:
-        for name, module in self.modules.items():
-            hook = self._hook(name)
-            self._handles.append(module.register_forward_hook(hook, with_kwargs=True))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
 
     def _hook(self, name: str):
         def hook(module, args, kwargs, output):

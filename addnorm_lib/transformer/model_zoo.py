@@ -125,8 +125,11 @@ class Recorder:
     ...     block(x)
     >>> rec.inputs["attn"], rec.outputs["ffn"]  # detached copies, (B, T, C)
 
-    A module called more than once keeps its last call. Hooks are removed on exit.
+    A module called more than once keeps its last call. Hooks are removed on exit. A subclass
+    whose hooks also take the call's keyword arguments sets ``hook_kwargs``.
     """
+
+    hook_kwargs = False  # hooks take (module, args, output); True: (module, args, kwargs, output)
 
     def __init__(self, modules: Mapping[str, nn.Module]) -> None:
         self.modules = dict(modules)
@@ -136,7 +139,8 @@ class Recorder:
 
     def __enter__(self) -> Recorder:
         for name, module in self.modules.items():
-            self._handles.append(module.register_forward_hook(self._hook(name)))
+            hook = self._hook(name)
+            self._handles.append(module.register_forward_hook(hook, with_kwargs=self.hook_kwargs))
         return self
 
     def __exit__(self, *exc) -> None:
