@@ -25,12 +25,14 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 from addnorm_lib import lookup
+from addnorm_lib.authoring.figures import MAX_WIDTH_INCHES, install_figure_audit
 
 __all__ = [
     "LAYOUTS",
     "NORM_COLORS",
     "NORM_NAMES",
     "PLACEMENT_LAYOUTS",
+    "VARIANT_COLORS",
     "describe_reduction",
     "draw_placement_diagram",
     "draw_reduction",
@@ -41,6 +43,7 @@ __all__ = [
     "plot_reductions",
     "plot_runs",
     "shared_statistics_mask",
+    "sweep_colors",
     "use_style",
 ]
 
@@ -57,6 +60,18 @@ NORM_COLORS: dict[str, str] = {
     "none": "#666666",
 }
 
+#: One colour per residual arrangement, the same in every chapter: Post-LN grey, Pre-LN
+#: LayerNorm's orange, DeepNorm purple; the others of the "beyond" chapter after them.
+VARIANT_COLORS: dict[str, str] = {
+    "post": "#666666",
+    "pre": "#d95f02",
+    "deepnorm": "#7570b3",
+    "peri": "#1b9e77",
+    "output": "#e7298a",
+    "olmo2": "#66a61e",
+    "qk": "#e6ab02",
+}
+
 #: Display names of the norms.
 NORM_NAMES: dict[str, str] = {
     "batch": "BatchNorm",
@@ -68,8 +83,8 @@ NORM_NAMES: dict[str, str] = {
 
 _STYLE = {
     "figure.dpi": 100,
-    "savefig.dpi": 100,
-    "figure.figsize": (7.0, 3.6),
+    "savefig.dpi": 200,
+    "figure.figsize": (MAX_WIDTH_INCHES, 3.4),
     "figure.constrained_layout.use": True,
     "font.size": 10,
     "axes.titlesize": 11,
@@ -88,8 +103,19 @@ _STYLE = {
 
 
 def use_style() -> None:
-    """Apply the course's matplotlib style (call once at the top of a chapter)."""
+    """Apply the course's matplotlib style (call once at the top of a chapter).
+
+    In a notebook it also shows figures at twice their resolution and audits each figure before
+    it is shown (size, text, legends: :mod:`addnorm_lib.authoring.figures`).
+    """
     mpl.rcParams.update(_STYLE)
+    install_figure_audit()
+
+
+def sweep_colors(count: int) -> list[tuple[float, float, float, float]]:
+    """`count` colours in order along one sequential colormap (viridis, light end left out), for
+    curves that differ by one ordered setting: nearby settings look alike, far ones do not."""
+    return [plt.get_cmap("viridis")(v) for v in np.linspace(0.0, 0.85, count)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -316,7 +342,11 @@ def plot_reductions(
     num_groups: int = 2,
     cell_size: float = 2.6,
 ) -> Figure:
-    """A grid of :func:`draw_reduction` panels: one row per norm, one column per layout."""
+    """A grid of :func:`draw_reduction` panels: one row per norm, one column per layout.
+
+    ``cell_size`` (inches) shrinks where the grid would be wider than the book's column.
+    """
+    cell_size = min(cell_size, MAX_WIDTH_INCHES / (1.3 * len(layouts)))
     fig, axes = plt.subplots(
         len(norms),
         len(layouts),
@@ -410,7 +440,7 @@ def loglog_errors(
                     textcoords="offset points",
                     xytext=(0, -14),
                     ha="center",
-                    fontsize=8,
+                    fontsize=9,
                     color=line.get_color(),
                 )
     ax.set_xscale("log")

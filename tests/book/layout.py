@@ -1,0 +1,91 @@
+"""What a reader sees of a page's layout at one window width, measured in chromium.
+
+`measure(browser, url, width)` opens `url` in a window `width` CSS pixels wide (390 is a phone,
+emulated as one: touch, viewport meta honoured) and returns what overflows: code blocks, printed
+outputs, tables and display equations wider than their box (a reader must scroll sideways inside
+them, or they are cut off), figures drawn larger than they are shown (shrunk), and whether the
+page itself scrolls sideways. The browser tests assert on it; `benchmarks/book_layout.py` prints
+it for every page.
+"""
+
+from tests.book.browser import Chromium
+
+DESKTOP, PHONE = 1280, 390
+
+# Waits for MathJax, images and widgets, then lists what overflows. An element overflows when its
+# content is wider than its box (scrollWidth > clientWidth) or its box reaches past the article's
+# right edge. A figure is shrunk when it is shown narrower than its CSS width (its width attribute,
+# which IPython's retina format sets to half the PNG's pixels; else its natural width).
+LAYOUT = r"""
+(async () => {
+  const wait = ms => new Promise(done => setTimeout(done, ms));
+  if (document.querySelector('.math')) {
+    for (let i = 0; !(window.MathJax && MathJax.startup && MathJax.startup.promise) && i < 100; i++)
+      await wait(100);
+    if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+  }
+  await Promise.all([...document.images].map(img => img.complete ? null : new Promise(done => {
+    img.loading = 'eager';
+    img.addEventListener('load', done); img.addEventListener('error', done);
+    setTimeout(done, 10000);
+  })));
+  await wait(200);
+  const article = document.querySelector('article.bd-article') || document.body;
+  const right = article.getBoundingClientRect().right;
+  const wide = el => el.scrollWidth > el.clientWidth + 1
+    || el.getBoundingClientRect().right > right + 1;
+  const text = el => el.textContent.replace(/\s+/g, ' ').trim().slice(0, 70);
+  const listed = (selector, filter = () => true) => {
+    const all = [...article.querySelectorAll(selector)].filter(e => e.offsetParent && filter(e));
+    return {total: all.length, over: all.filter(wide).map(text)};
+  };
+  const isInput = e => e.closest('.cell_input, .highlight') && !e.closest('.cell_output');
+  const figures = [...article.querySelectorAll('.cell_output img, figure img')]
+    .filter(img => img.offsetParent);
+  const cssWidth = img => Number(img.getAttribute('width')) || img.naturalWidth;
+  return {
+    code: listed('pre', isInput),
+    outputs: listed('.cell_output pre, .output pre'),
+    tables: listed('table'),
+    equations: listed('mjx-container[display="true"]'),
+    figures: {total: figures.length,
+      shrunk: figures.filter(img => img.clientWidth + 1 < cssWidth(img))
+        .map(img => `${img.getAttribute('src').split('/').pop().slice(0, 40)}: `
+             + `${cssWidth(img)} px shown at ${img.clientWidth}`)},
+    pageWidth: document.documentElement.scrollWidth,
+    windowWidth: window.innerWidth,
+  };
+})()
+"""
+
+
+def set_width(browser: Chromium, width: int) -> None:
+    """Make the tab a window `width` CSS pixels wide (a phone at PHONE and below)."""
+    phone = width <= PHONE
+    browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=width,
+        height=844 if phone else 900,
+        deviceScaleFactor=1,
+        mobile=phone,
+    )
+    browser.call("Emulation.setTouchEmulationEnabled", enabled=phone)
+
+
+def measure(browser: Chromium, url: str, width: int) -> dict:
+    """The layout report (see LAYOUT) of the page at `url` in a window `width` pixels wide."""
+    set_width(browser, width)
+    browser.navigate(url)
+    return browser.evaluate(LAYOUT)
+
+
+def overflowing(report: dict) -> list[str]:
+    """One line per element of `report` that a reader would have to scroll sideways, or that is
+    cut off; and the page itself, if it is wider than the window."""
+    lines = []
+    for kind, name in (("code", "code"), ("outputs", "output"), ("tables", "table")):
+        lines += [f"{name}: {text}" for text in report[kind]["over"]]
+    lines += [f"equation: {text}" for text in report["equations"]["over"]]
+    if report["pageWidth"] > report["windowWidth"]:
+        lines.append(f"the page is {report['pageWidth']} px wide in {report['windowWidth']} px")
+    return lines
