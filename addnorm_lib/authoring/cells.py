@@ -34,9 +34,10 @@ __all__ = [
     "shown",
 ]
 
-#: Characters of code that fit a code block of the book's column at 1280 px (684 px of 14 px
-#: monospace, about 8.4 px a character, less padding).
-WIDTH = 76
+#: Characters of code that fit a code block of the book's column at 1280 px: 14 px monospace is
+#: about 8.4 px a character, and a folded (hide-input) cell's block is 666 px, 634 px of it for
+#: text, so 75 characters.
+WIDTH = 75
 #: Tags that hide a cell's source from readers.
 HIDDEN = {"remove-cell", "remove-input"}
 FENCE = re.compile(r"^(?P<ticks>`{3,})\{code-cell\}")

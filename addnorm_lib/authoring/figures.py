@@ -1,11 +1,12 @@
 """Figures made for the book's page: size, text and legends, checked as each is shown.
 
-The book's column is 684 CSS pixels wide at a 1280 px window. A figure of at most
-:data:`MAX_WIDTH_INCHES` at 100 dpi is shown at its own size (not shrunk), drawn at twice that
-resolution (IPython's "retina" format), and its text is readable when it is at least
-:data:`MIN_FONT_POINTS`. :func:`figure_problems` lists what breaks these rules, and also legends
-drawn over the data. :func:`install_figure_audit` runs it on every figure a notebook shows and
-prints each problem on stderr: the book's build test fails on any page that prints on stderr.
+A cell's output area is 672 CSS pixels wide at a 1280 px window. A figure of at most
+:data:`MAX_WIDTH_INCHES` at 96 dpi (the CSS pixel's), cropped with a small margin, is shown at
+its own size (not shrunk), drawn at twice that resolution (IPython's "retina" format), and its
+text is readable when it is at least :data:`MIN_FONT_POINTS` (points are then CSS points).
+:func:`figure_problems` lists what breaks these rules, and also legends drawn over the data.
+:func:`install_figure_audit` runs it on every figure a notebook shows and prints each problem on
+stderr: the book's build test fails on any page that prints on stderr.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from matplotlib.transforms import Bbox
 
 __all__ = ["MAX_WIDTH_INCHES", "MIN_FONT_POINTS", "figure_problems", "install_figure_audit"]
 
-#: 680 px at 100 dpi: the widest figure shown unshrunk in the 684 px column.
+#: 653 px at 96 dpi, 663 px once cropped (PAD_INCHES each side): fits the 672 px output area.
 MAX_WIDTH_INCHES = 6.8
-#: The smallest text a figure may have, in points at 100 dpi shown at its own size.
+#: The margin left around a figure when the inline backend crops it to its content.
+PAD_INCHES = 0.05
+#: The smallest text a figure may have, in points (CSS points when shown at its size).
 MIN_FONT_POINTS = 9.0
 
 
@@ -39,26 +42,29 @@ def _data_hits(fig: Figure, box: Bbox, only=None) -> int:
     for ax in fig.axes:
         if only is not None and ax is not only:
             continue
+        seen = Bbox.intersection(box, ax.bbox)  # data outside the axes is clipped away
+        if seen is None:
+            continue
         for line in ax.get_lines():
             if not line.get_visible() or len(line.get_xydata()) == 0:
                 continue
             path = line.get_transform().transform_path(line.get_path())
             has_marker = line.get_marker() not in (None, "None", "", " ")
             has_line = line.get_linestyle() not in ("None", "", " ")
-            hits += (has_marker and _any_inside(path.vertices, box)) or (
-                has_line and path.intersects_bbox(box, filled=False)
+            hits += (has_marker and _any_inside(path.vertices, seen)) or (
+                has_line and path.intersects_bbox(seen, filled=False)
             )
-        hits += sum(p.get_visible() and p.get_window_extent().overlaps(box) for p in ax.patches)
+        hits += sum(p.get_visible() and p.get_window_extent().overlaps(seen) for p in ax.patches)
         for collection in ax.collections:
             if not collection.get_visible():
                 continue
             if isinstance(collection, PathCollection):  # markers (scatter)
                 points = collection.get_offset_transform().transform(collection.get_offsets())
-                hits += _any_inside(points, box)
+                hits += _any_inside(points, seen)
             else:  # bands and polygons (fill_between)
                 transform = collection.get_transform()
                 hits += any(
-                    transform.transform_path(path).intersects_bbox(box, filled=True)
+                    transform.transform_path(path).intersects_bbox(seen, filled=True)
                     for path in collection.get_paths()
                 )
     return hits
@@ -136,7 +142,7 @@ def install_figure_audit() -> bool:
         return False
     from matplotlib_inline.backend_inline import set_matplotlib_formats
 
-    set_matplotlib_formats("retina")
+    set_matplotlib_formats("retina", pad_inches=PAD_INCHES)
     _ensure_audited(shell)
     callbacks = shell.events.callbacks["pre_execute"]
     if not any(getattr(c, "audits_figures", False) for c in callbacks):

@@ -70,6 +70,8 @@ VARIANT_COLORS: dict[str, str] = {
     "output": "#e7298a",
     "olmo2": "#66a61e",
     "qk": "#e6ab02",
+    "normformer": "#6a3d9a",
+    "dyt": "#1f78b4",
 }
 
 #: Display names of the norms.
@@ -82,8 +84,9 @@ NORM_NAMES: dict[str, str] = {
 }
 
 _STYLE = {
-    "figure.dpi": 100,
-    "savefig.dpi": 200,
+    # 96 dpi is the CSS pixel's: a figure shown at its size shows a point of text as a CSS point.
+    "figure.dpi": 96,
+    "savefig.dpi": 192,
     "figure.figsize": (MAX_WIDTH_INCHES, 3.4),
     "figure.constrained_layout.use": True,
     "font.size": 10,

@@ -108,3 +108,11 @@ def test_in_a_notebook_every_shown_figure_is_audited_on_stderr_and_drawn_at_2x()
     for cell in notebook.cells[1:]:  # each figure shown, in retina: its width in metadata
         images = [o for o in cell.outputs if "image/png" in o.get("data", {})]
         assert images and all(o["metadata"]["image/png"]["width"] > 0 for o in images)
+
+
+def test_data_clipped_out_of_view_does_not_count_as_covered():
+    fig, ax = figure()
+    ax.plot(X, 10 * X, label="leaves the axes at the top")  # clipped above y = 1
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02))  # above the axes, over the clipped line
+    assert figure_problems(fig) == []

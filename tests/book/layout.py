@@ -14,8 +14,9 @@ DESKTOP, PHONE = 1280, 390
 
 # Waits for MathJax, images and widgets, then lists what overflows. An element overflows when its
 # content is wider than its box (scrollWidth > clientWidth) or its box reaches past the article's
-# right edge. A figure is shrunk when it is shown narrower than its CSS width (its width attribute,
-# which IPython's retina format sets to half the PNG's pixels; else its natural width).
+# right edge. A figure is shrunk when it is shown narrower than its CSS width (its width attribute
+# or style, which MyST-NB sets from IPython's retina format: half the PNG's pixels; else its
+# natural width).
 LAYOUT = r"""
 (async () => {
   const wait = ms => new Promise(done => setTimeout(done, ms));
@@ -42,7 +43,8 @@ LAYOUT = r"""
   const isInput = e => e.closest('.cell_input, .highlight') && !e.closest('.cell_output');
   const figures = [...article.querySelectorAll('.cell_output img, figure img')]
     .filter(img => img.offsetParent);
-  const cssWidth = img => Number(img.getAttribute('width')) || img.naturalWidth;
+  const cssWidth = img => Number(img.getAttribute('width')) || parseFloat(img.style.width)
+    || img.naturalWidth;
   return {
     code: listed('pre', isInput),
     outputs: listed('.cell_output pre, .output pre'),
