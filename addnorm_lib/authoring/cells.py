@@ -31,6 +31,7 @@ __all__ = [
     "format_page",
     "notebook_wide_lines",
     "problems",
+    "ruff_format",
     "shown",
 ]
 
@@ -198,7 +199,7 @@ def notebook_wide_lines(notebook: dict) -> list[tuple[int, str]]:
     return found
 
 
-def _ruff_format(code: str, width: int) -> str | None:
+def ruff_format(code: str, width: int) -> str | None:
     """The code formatted by ruff at `width`, or None where ruff cannot parse it."""
     done = subprocess.run(
         [sys.executable, "-m", "ruff", "format", f"--line-length={width}", "-"],
@@ -217,7 +218,7 @@ def format_page(text: str, width: int = WIDTH) -> tuple[str, list[int]]:
     for cell in reversed(code_cells(text)):
         if not shown(cell) or not "".join(cell.source).strip():
             continue
-        formatted = _ruff_format("\n".join(cell.source).strip("\n") + "\n", width)
+        formatted = ruff_format("\n".join(cell.source).strip("\n") + "\n", width)
         if formatted is None:
             skipped.append(cell.first + 1)
             continue

@@ -1,4 +1,5 @@
-"""A Sphinx extension for the book's pages: each script once, and a theme mode from the start.
+"""A Sphinx extension for the book's pages: each script once, a theme mode from the start, and
+sidebar buttons that work.
 
 sphinx-thebe (which Jupyter Book 1 always loads, though the book does not use Thebe) registers
 its inline configuration script, ``const THEBE_JS_URL = ...``, twice per page (once with no file
@@ -9,6 +10,33 @@ pydata-sphinx-theme reads the reader's colour mode from localStorage or, on a fi
 ``default_mode`` in ``html_context``, which Jupyter Book leaves empty: every first visit then
 logs "Got invalid theme mode" as a console error. The extension sets ``default_mode`` to
 ``"auto"`` (follow the system), what the theme falls back to anyway, unless the book sets one.
+
+pydata-sphinx-theme 0.17 gives its sidebar dialogs to the *first* ``.primary-toggle`` and
+``.secondary-toggle`` of a page only, the ones in its own header, which sphinx-book-theme hides;
+the book theme's buttons in the article header ("Toggle primary sidebar", the only way to the
+table of contents on a phone) did nothing. :data:`FORWARD_SIDEBAR_TOGGLES` makes every other
+toggle click the first. On a wide screen the book theme's primary toggle marks the sidebar
+``pst-sidebar-hidden``, which pydata-sphinx-theme 0.17 no longer styles; ``static/addnorm.css``
+hides it.
+"""
+
+from pathlib import Path
+
+STATIC = Path(__file__).parent / "static"
+
+#: Every sidebar toggle after the first clicks the first (the one the theme wired to its dialog).
+FORWARD_SIDEBAR_TOGGLES = """
+document.addEventListener("DOMContentLoaded", () => {
+  for (const kind of ["primary", "secondary"]) {
+    const [wired, ...others] = document.querySelectorAll(`.${kind}-toggle`);
+    for (const button of others) {
+      button.addEventListener("click", (event) => {
+        event.preventDefault();
+        wired.click();
+      });
+    }
+  }
+});
 """
 
 
@@ -43,8 +71,16 @@ def default_theme_mode(app, config) -> None:
     config.html_context = context
 
 
+def add_static_files(app) -> None:
+    """Sphinx's builder-inited handler: serve ``static/`` (the course's CSS) with the book."""
+    app.config.html_static_path = [*app.config.html_static_path, str(STATIC)]
+
+
 def setup(app):
     """Register the handlers."""
     app.connect("config-inited", default_theme_mode)
+    app.connect("builder-inited", add_static_files)
+    app.add_js_file(None, body=FORWARD_SIDEBAR_TOGGLES)
+    app.add_css_file("addnorm.css")
     app.connect("html-page-context", drop_duplicate_scripts)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

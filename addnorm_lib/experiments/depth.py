@@ -107,11 +107,11 @@ class ResidualBlock(nn.Module):
         self.shortcut = shortcut
 
     def branch(self, x: Tensor) -> Tensor:
-        """The residual branch alone, ``act(x W1 + b1) W2``: (..., C) -> (..., C)."""
+        """The residual branch alone, act(x W1 + b1) W2: shape kept."""
         return self.linear2(self.activation(self.linear1(x)))  # (..., C)
 
     def forward(self, x: Tensor) -> Tensor:
-        """``shortcut * x + branch(x)``, or ``branch(x)`` without one: (..., C) -> (..., C)."""
+        """shortcut * x + branch(x), or branch(x) alone: shape kept."""
         if self.shortcut is None:
             return self.branch(x)
         return self.shortcut * x + self.branch(x)

@@ -286,8 +286,9 @@ def batch_norm(
     running_var = _check_channel_param(fn, "running_var", running_var, x)
     if momentum is None:
         raise ValueError(
-            "batch_norm: momentum=None (a cumulative moving average) is not supported by this "
-            "reference: it needs a count of batches seen; pass a float such as 0.1, or use "
+            "batch_norm: momentum=None (a cumulative moving average) is "
+            "not supported by this reference: it needs a count of batches "
+            "seen; pass a float such as 0.1, or use "
             "addnorm_lib.reference.modules.BatchNorm1d(momentum=None)"
         )
     out, cdt = x.dtype, _compute_dtype(x.dtype)
@@ -301,8 +302,8 @@ def batch_norm(
     if training:
         if n <= 1:
             raise ValueError(
-                "batch_norm: expected more than 1 value per channel when training, "
-                f"got input of shape {x.shape}"
+                "batch_norm: expected more than 1 value per channel when "
+                f"training, got input of shape {x.shape}"
             )
         mean, _, var = _mean_var(xf, axes)  # (1, C, 1, ...) each; var is biased
         var_unbiased = var.reshape(-1) * (n / (n - 1))  # (C,)

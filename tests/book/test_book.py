@@ -54,6 +54,20 @@ def test_chapters_were_executed_without_errors(built_book):
 
 
 @BOOK_GROUP
+def test_no_page_prints_warnings_or_errors(built_book):
+    """Nothing a chapter writes on stderr (a warning, the figure audit's findings) or raises
+    reaches a reader."""
+    printed = []
+    for page in sorted(built_book.rglob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        for kind in ("output stderr", "output traceback", "output error"):
+            for match in re.finditer(kind, html):
+                text = re.sub(r"<[^>]+>", "", html[match.end() : match.end() + 600])
+                printed.append(f"{page.relative_to(built_book)}: {kind}: {text.strip()[:200]}")
+    assert not printed, "\n".join(printed)
+
+
+@BOOK_GROUP
 def test_math_is_served_locally(built_book):
     chapter = (built_book / "book" / "layernorm.html").read_text(encoding="utf-8")
     assert "_static/mathjax/tex-chtml.js" in chapter

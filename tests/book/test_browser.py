@@ -4,8 +4,10 @@ The book that the suite builds (the session fixture `built_book`) is served from
 server on 127.0.0.1, and one headless chromium visits every page once; chromium cannot reach any
 host but localhost (tests/browser.py). The tests then check, page by page: no console errors and no
 failed or outside requests, typeset math, loaded images, internal links and their #fragments,
-the exercises' notebook downloads; and screenshots of three key pages are written to
-_build/screenshots/ for review.
+the exercises' notebook downloads; nothing overflowing its box at 1280 px and no sideways
+scrolling at 390 px (tests/book/layout.py); figures shown at their size, drawn at 2x, numbered
+and described; every explorer's every control switching to its own precomputed figure. A
+screenshot of every page at both widths is written to _build/screenshots/ for review.
 
 Chromium is required: without it these tests fail, saying how to install it (`apt-get install -y
 chromium`; `make test` does this as root). On a machine that cannot install it, set
@@ -24,27 +26,20 @@ from pathlib import Path
 import pytest
 
 from tests.book.browser import LOCAL_HOSTS, Chromium, StaticServer
+from tests.book.layout import DESKTOP, LAYOUT, PHONE, overflowing, set_width
 from tests.conftest import BOOK_GROUP, EXERCISES, ROOT
 
 pytestmark = [pytest.mark.slow, BOOK_GROUP]
 
 SCREENSHOTS = ROOT / "_build" / "screenshots"
-KEY_PAGES = ["book/intro.html", "book/layernorm.html", "book/placement.html"]
 NOT_PAGES = {"_static", "_sources", "_images", "_downloads"}
-SCREENSHOT_MAX_HEIGHT = 12000  # CSS pixels: enough for a chapter's first screens and figures
-# Console errors that the toolchain, not the book, emits; matched exactly, nothing else is forgiven.
-# pydata-sphinx-theme logs an invalid "" theme mode on a reader's first visit, before its
-# localStorage holds one. (sphinx-thebe's doubled inline script is dropped by
-# addnorm_lib.authoring.page_cleanup.)
-TOOLCHAIN_NOISE = {
-    "console.error: Got invalid theme mode: . Resetting to auto.",
-}
+SCREENSHOT_MAX_HEIGHT = 16000  # CSS pixels: chromium's limit for one capture is about 16k
 # Where a launch button would send a reader: no page may link there (the course has no public
 # repository that Binder or Colab could open).
 LAUNCHERS = ("mybinder.org", "colab.research.google.com", "github.com/addnorm-course")
 REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
 EMPTY_REPORT = {"hasMath": False, "untypeset": [], "text": "", "images": [], "links": [], "ids": []}
-EMPTY_REPORT |= {"headerDownloads": [], "errors": [], "outside": []}
+EMPTY_REPORT |= {"headerDownloads": [], "errors": [], "outside": [], "figures": []}
 RAW_TEX = ("$$", "\\(", "\\)", "\\[", "\\]", "\\begin{")
 
 # Runs in the page once it has loaded: waits for MathJax and the images, then reports what the
@@ -64,10 +59,24 @@ INSPECT = r"""
   })));
   const views = document.querySelectorAll(
     'script[type="application/vnd.jupyter.widget-view+json"]').length;
-  for (let i = 0; views && document.querySelectorAll('.widget-interact img').length < views
-       && i < 150; i++) await wait(100);
-  const widgets = {views, rendered: document.querySelectorAll('.widget-interact').length,
-    images: [...document.querySelectorAll('.widget-interact img')].map(img => img.naturalWidth)};
+  const shownFrames = () => [...document.querySelectorAll('.addnorm-explorer img.addnorm-frame')]
+    .filter(img => img.offsetParent && img.complete);
+  for (let i = 0; views && shownFrames().length < views && i < 150; i++) await wait(100);
+  const widgets = {views, rendered: document.querySelectorAll('.addnorm-explorer').length,
+    images: shownFrames().map(img => img.naturalWidth)};
+  // Figures: chapter outputs and explorer frames, with what a reader gets of each.
+  const figures = [...document.querySelectorAll('.cell_output img, img.addnorm-frame')]
+    .filter(img => img.offsetParent).map(img => {
+      const figure = img.closest('figure');
+      const number = figure && figure.querySelector('figcaption .caption-number');
+      const text = figure && figure.querySelector('figcaption .caption-text');
+      return {src: (img.getAttribute('src') || '').slice(0, 60), alt: img.getAttribute('alt'),
+        frame: img.classList.contains('addnorm-frame'),
+        number: number ? number.textContent.trim() : null,
+        caption: text ? text.textContent.trim() : null,
+        natural: img.naturalWidth, shown: img.clientWidth,
+        css: Number(img.getAttribute('width')) || parseFloat(img.style.width) || img.naturalWidth};
+    });
   const skip = 'pre, code, script, style, textarea, noscript, mjx-container';
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   const text = [];
@@ -86,14 +95,96 @@ INSPECT = r"""
     headerDownloads: [...document.querySelectorAll('.article-header-buttons a[href]')]
       .map(a => a.href).filter(href => href.split('#')[0].endsWith('.ipynb')),
     widgets,
-    height: Math.ceil(document.documentElement.scrollHeight),
+    figures,
   };
 })()
 """
 
 
-def screenshot_name(page: str) -> str:
-    return page.removesuffix(".html").replace("/", "-") + ".png"
+# Runs after INSPECT on a page with explorers: moves every control of every explorer through
+# all its options (the others where they are) and records, after each move, the key the
+# controls now show ("name=option|..."), the key of every figure shown, and the shown image.
+EXPLORE = r"""
+(async () => {
+  const wait = ms => new Promise(done => setTimeout(done, ms));
+  const report = [];
+  for (const explorer of document.querySelectorAll('.addnorm-explorer')) {
+    const controls = [...explorer.querySelectorAll('.widget-dropdown')].map(box => ({
+      name: box.querySelector('.widget-label').textContent.replace(/\s+/g, ' ').trim(),
+      select: box.querySelector('select')}));
+    const text = element => element.textContent.replace(/\s+/g, ' ').trim();
+    const expected = () => controls.map(c =>
+      `${c.name}=${text(c.select.options[c.select.selectedIndex])}`).join('|');
+    const shown = () => [...explorer.querySelectorAll('img.addnorm-frame')]
+      .filter(img => img.offsetParent);
+    const key = img => img.dataset.frame.replace(/\s+/g, ' ').trim();
+    const steps = [];
+    for (const control of controls) {
+      const start = control.select.selectedIndex;
+      for (const index of [...Array(control.select.options.length).keys(), start]) {
+        control.select.selectedIndex = index;
+        control.select.dispatchEvent(new Event('change', {bubbles: true}));
+        for (let i = 0; i < 30 && !(shown().length === 1
+             && key(shown()[0]) === expected()); i++) await wait(100);
+        steps.push({control: control.name, index, expected: expected(),
+          shown: shown().map(key),
+          image: shown().map(img => img.src.length + ':' + img.src.slice(-40))});
+      }
+    }
+    report.push({controls: controls.map(c => [c.name, c.select.options.length]), steps});
+  }
+  return report;
+})()
+"""
+
+
+# Runs on a chapter page: clicks every visible button of the page's header and records whether
+# the page changed (a dialog, a menu, the colour mode, a sidebar, fullscreen or print requested).
+# Print and fullscreen are recorded, not carried out (a headless browser has neither).
+BUTTONS = r"""
+(async () => {
+  const wait = ms => new Promise(done => setTimeout(done, ms));
+  let printed = 0, fullscreen = 0;
+  window.print = () => { printed += 1; };
+  Element.prototype.requestFullscreen = function () {
+    fullscreen += 1; return Promise.resolve(); };
+  const state = () => JSON.stringify({
+    mode: document.documentElement.dataset.mode,
+    dialogs: [...document.querySelectorAll('dialog')].map(d => d.open),
+    expanded: [...document.querySelectorAll('[aria-expanded]')]
+      .map(e => e.getAttribute('aria-expanded')),
+    menus: [...document.querySelectorAll('.dropdown-menu')].map(m => m.classList.contains('show')),
+    sidebars: [...document.querySelectorAll('.bd-sidebar-primary, .bd-sidebar-secondary')]
+      .map(e => e.offsetWidth),
+    printed, fullscreen});
+  const buttons = [...document.querySelectorAll('.bd-header-article button, .bd-header button')]
+    .filter(button => button.offsetParent);
+  const results = [];
+  for (const button of buttons) {
+    const before = state();
+    button.click();
+    await wait(300);
+    results.push({name: (button.getAttribute('title') || button.getAttribute('aria-label')
+      || button.textContent).trim(), changed: state() !== before});
+    for (const dialog of document.querySelectorAll('dialog[open]')) dialog.close();
+    document.body.click();  // closes an open menu
+    await wait(100);
+  }
+  for (const item of document.querySelectorAll('.dropdown-menu .dropdown-item')) {
+    const before = state();
+    item.click();
+    await wait(100);
+    results.push({name: item.textContent.trim(), changed: state() !== before || !!item.href});
+  }
+  return results;
+})()
+"""
+BUTTON_PAGES = ("book/layernorm.html", "exercises/layernorm.html")
+
+
+def screenshot_name(page: str, width: int, part: int = 1) -> str:
+    suffix = "" if part == 1 else f"-{part}"
+    return page.removesuffix(".html").replace("/", "-") + f"-{width}{suffix}.png"
 
 
 def problems_in(events: list[dict]) -> tuple[list[str], list[str]]:
@@ -121,7 +212,7 @@ def problems_in(events: list[dict]) -> tuple[list[str], list[str]]:
             url = urllib.parse.urlsplit(params["request"]["url"])
             if url.scheme not in ("data", "blob", "about") and url.hostname not in LOCAL_HOSTS:
                 outside.append(params["request"]["url"])
-    return [error for error in errors if error not in TOOLCHAIN_NOISE], outside
+    return errors, outside
 
 
 @pytest.fixture(scope="module")
@@ -143,9 +234,8 @@ def site(request, tmp_path_factory):
         for path in book.rglob("*.html")
         if not NOT_PAGES & set(path.relative_to(book).parts)
     )
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    for page in KEY_PAGES:  # no stale screenshot from an earlier run passes for a new one
-        (SCREENSHOTS / screenshot_name(page)).unlink(missing_ok=True)
+    shutil.rmtree(SCREENSHOTS, ignore_errors=True)  # no stale screenshot passes for a new one
+    SCREENSHOTS.mkdir(parents=True)
     server = StaticServer(book)
     try:
         browser = Chromium(executable, tmp_path_factory.mktemp("chromium"))
@@ -184,15 +274,51 @@ def visit(browser: Chromium, base: str, book: Path, page: str) -> dict:
     redirect = REDIRECT.search((book / page).read_text(encoding="utf-8"))
     if redirect:  # Jupyter Book's index.html: not a page; its target must resolve
         return {**EMPTY_REPORT, "links": [urllib.parse.urljoin(base + page, redirect.group(1))]}
-    browser.navigate(base + page)
-    report = browser.evaluate(INSPECT)
-    if page in KEY_PAGES:
-        height = min(report["height"], SCREENSHOT_MAX_HEIGHT)
-        clip = {"x": 0, "y": 0, "width": 1280, "height": height, "scale": 1}
-        shot = browser.call("Page.captureScreenshot", clip=clip, captureBeyondViewport=True)
-        (SCREENSHOTS / screenshot_name(page)).write_bytes(base64.b64decode(shot["data"]))
-    report["errors"], report["outside"] = problems_in(browser.events)
+    report = {"layout": {}, "buttons": {}, "errors": [], "outside": []}
+    for width in (DESKTOP, PHONE):  # each width: look, screenshot, then drive the controls
+        set_width(browser, width)
+        browser.navigate(base + page)
+        if width == DESKTOP:
+            report |= browser.evaluate(INSPECT)
+        report["layout"][width] = browser.evaluate(LAYOUT)
+        screenshot(browser, page, width)
+        if width == DESKTOP and report["widgets"]["views"]:
+            report["explorers"] = browser.evaluate(EXPLORE)
+        report["buttons"][width] = browser.evaluate(BUTTONS) if page in BUTTON_PAGES else []
+        errors, outside = problems_in(browser.events)
+        report["errors"] += [f"at {width} px: {error}" for error in errors]
+        report["outside"] += outside
     return report
+
+
+def screenshot(browser: Chromium, page: str, width: int) -> None:
+    """Write the whole page as shown at `width`, in parts of at most SCREENSHOT_MAX_HEIGHT
+    pixels (`page-1280.png`, `page-1280-2.png`, ...). The window is made as tall as a part
+    (a capture beyond the window lays the page out anew, with sidebars cut), then restored."""
+    height = browser.evaluate("Math.ceil(document.documentElement.scrollHeight)")
+    tall = min(height, SCREENSHOT_MAX_HEIGHT)
+    browser.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=width,
+        height=tall,
+        deviceScaleFactor=1,
+        mobile=width <= PHONE,
+    )
+    try:
+        for part, top in enumerate(range(0, height, SCREENSHOT_MAX_HEIGHT), start=1):
+            browser.evaluate(
+                f"new Promise(done => {{ window.scrollTo(0, {top}); setTimeout(done, 300); }})"
+            )
+            shown = browser.evaluate("window.scrollY")
+            clip = {"x": 0, "y": shown, "width": width, "height": min(tall, height - shown)}
+            shot = browser.call("Page.captureScreenshot", clip={**clip, "scale": 1})
+            name = screenshot_name(page, width, part)
+            (SCREENSHOTS / name).write_bytes(base64.b64decode(shot["data"]))
+            if shown + tall >= height:
+                break
+    finally:
+        set_width(browser, width)
+        browser.evaluate("window.scrollTo(0, 0)")
 
 
 def fail_on(site, check, title: str):
@@ -220,6 +346,7 @@ def test_widgets_render_offline_with_their_figure(site):
     """Embedded widget state renders from the book's own copy of html-manager, no network."""
     for page in WIDGET_PAGES:
         assert site["pages"][page]["widgets"]["views"] > 0, f"{page} has no embedded widget"
+        assert site["pages"][page]["widgets"]["rendered"] > 0, f"{page} shows no explorer"
 
     def check(report):
         widgets = report.get("widgets") or {"views": 0}
@@ -234,6 +361,96 @@ def test_widgets_render_offline_with_their_figure(site):
             )
 
     fail_on(site, check, "widgets that do not render offline")
+
+
+def test_every_control_of_every_explorer_shows_its_own_figure(site):
+    """With no kernel, each option of each control switches to the figure precomputed for the
+    settings the controls now show, and that figure differs from the one before."""
+    for page in WIDGET_PAGES:
+        assert site["pages"][page]["explorers"], f"{page}: no explorer was driven"
+
+    def check(report):
+        for number, explorer in enumerate(report.get("explorers", []), start=1):
+            moves = sum(count + 1 for _, count in explorer["controls"])
+            if not explorer["controls"] or len(explorer["steps"]) != moves:
+                yield f"explorer {number}: {len(explorer['steps'])} moves of {moves}"
+            previous = None
+            for step in explorer["steps"]:
+                where = f"explorer {number}, {step['control']} option {step['index']}"
+                if step["shown"] != [step["expected"]]:
+                    yield f"{where}: controls show {step['expected']!r}, figures {step['shown']}"
+                elif (
+                    previous is not None
+                    and step["image"] == previous["image"]
+                    and (step["expected"] != previous["expected"])
+                ):
+                    yield f"{where}: the figure did not change"
+                previous = step
+
+    fail_on(site, check, "explorers whose controls do not switch figures")
+
+
+def test_nothing_overflows_its_box_at_desktop_width(site):
+    """At 1280 px no code block, printed output, table or display equation needs sideways
+    scrolling or is cut off, and the page does not scroll sideways."""
+    fail_on(
+        site,
+        lambda report: overflowing(report["layout"][DESKTOP]) if "layout" in report else [],
+        f"overflowing at {DESKTOP} px",
+    )
+
+
+def test_no_page_scrolls_sideways_on_a_phone(site):
+    def check(report):
+        layout = report.get("layout", {}).get(PHONE)
+        if layout and layout["pageWidth"] > layout["windowWidth"]:
+            yield f"the page is {layout['pageWidth']} px wide in a {PHONE} px window"
+
+    fail_on(site, check, f"pages wider than a {PHONE} px phone")
+
+
+def test_figures_are_shown_at_their_size_and_drawn_at_twice_it(site):
+    def check(report):
+        for figure in report["figures"]:
+            if figure["shown"] + 1 < figure["css"]:
+                yield f"{figure['src']}: {figure['css']} px wide, shrunk to {figure['shown']}"
+            if figure["natural"] < 2 * figure["css"] - 2:
+                yield f"{figure['src']}: {figure['natural']} pixels for {figure['css']} px (not 2x)"
+
+    assert any(report["figures"] for report in site["pages"].values()), "no figure found"
+    fail_on(site, check, "figures shrunk or drawn at less than 2x")
+
+
+def test_every_figure_is_numbered_captioned_and_described(site):
+    """A chapter's figures have a number and a caption; every figure (explorer frames too) has
+    alt text that describes it (not empty, not a file name)."""
+
+    def check(report):
+        for figure in report["figures"]:
+            alt = (figure["alt"] or "").strip()
+            if len(alt.split()) < 4 or re.search(r"\.(png|svg|jpe?g)$|^(\.\./)?_images/", alt):
+                yield f"{figure['src']}: alt text {alt!r} does not describe the figure"
+            if not figure["frame"] and not (
+                figure["number"] and figure["number"].startswith("Fig.") and figure["caption"]
+            ):
+                yield f"{figure['src']}: no numbered caption ({figure['number']!r})"
+
+    fail_on(site, check, "figures without a number, caption or description")
+
+
+def test_every_button_of_the_page_header_does_something(site):
+    """No dead control: each header button (sidebars, search, download menu and its items, print,
+    fullscreen, colour mode) changes the page or starts what it names, at both widths, and
+    clicking them logs no error."""
+    for page in BUTTON_PAGES:
+        for width in (DESKTOP, PHONE):
+            buttons = site["pages"][page]["buttons"][width]
+            names = {button["name"] for button in buttons}
+            assert {"Search", "Color mode", "Download this page"} <= names, (page, width, names)
+            dead = [button["name"] for button in buttons if not button["changed"]]
+            assert not dead, f"{page} at {width} px: buttons that do nothing: {dead}"
+        assert any("sidebar" in name.lower() for name in names), (page, names)
+        assert not site["pages"][page]["errors"], site["pages"][page]["errors"]
 
 
 def test_search_finds_the_chapters_offline(site):
@@ -334,8 +551,13 @@ def test_exercise_pages_offer_their_notebook(site):
         pytest.fail("\n".join(missing), pytrace=False)
 
 
-def test_screenshots_of_key_pages_are_written(site):
-    for page in KEY_PAGES:
-        shot = SCREENSHOTS / screenshot_name(page)
-        assert shot.is_file(), f"no screenshot of {page}"
-        assert shot.read_bytes().startswith(b"\x89PNG"), f"{shot} is not a PNG"
+def test_screenshots_of_every_page_at_both_widths_are_written(site):
+    for page, report in site["pages"].items():
+        if "layout" not in report:  # a redirect, not a page
+            continue
+        for width in (DESKTOP, PHONE):
+            shot = SCREENSHOTS / screenshot_name(page, width)
+            assert shot.is_file(), f"no screenshot of {page} at {width} px"
+            data = shot.read_bytes()
+            assert data.startswith(b"\x89PNG"), f"{shot} is not a PNG"
+            assert int.from_bytes(data[16:20], "big") == width, f"{shot} is not {width} px wide"

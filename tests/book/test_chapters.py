@@ -1,10 +1,13 @@
 """Every chapter has the book's shape: what you will learn first, exercises last (no build)."""
 
+import ast
+import json
 import re
 
 import pytest
 import yaml
 
+from addnorm_lib.authoring import cells
 from tests.conftest import ROOT
 
 # Pages of the book that are not chapters: the front page, reference pages, the exercise index.
@@ -58,3 +61,37 @@ def test_no_page_shows_internal_words(page):
         if INTERNAL_WORDS.search(line)
     ]
     assert not found, f"{page.name} shows internal words to readers: {found}"
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "book").glob("*.md")), ids=lambda path: path.name)
+def test_shown_code_teaches_and_fits_the_column(page):
+    """No glue call, build-time assert or formatter pragma in a cell a reader sees, no
+    reStructuredText in its docstrings, no code line wider than the column at 1280 px."""
+    found = cells.problems(page.read_text(encoding="utf-8"))
+    listed = "\n".join(f"{page.name}:{line}: {what}" for line, what in found[:40])
+    assert not found, f"{len(found)} problems, such as:\n{listed}"
+
+
+@pytest.mark.parametrize("notebook", sorted((ROOT / "exercises").glob("*.ipynb")), ids=str)
+def test_exercise_code_fits_the_column(notebook):
+    """The exercise pages show every code cell and code block of the notebook."""
+    found = cells.notebook_wide_lines(json.loads(notebook.read_text(encoding="utf-8")))
+    listed = "\n".join(f"cell {i}: {line[:60]}... ({len(line)} characters)" for i, line in found)
+    assert not found, f"{notebook.name}: lines wider than {cells.WIDTH} characters:\n{listed}"
+
+
+NOTEBOOKS = sorted([*(ROOT / "exercises").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")])
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda path: f"{path.parent.name}/{path.name}")
+def test_every_code_cell_of_the_notebooks_is_python_311(notebook):
+    """A reflowed line must not break a cell: every code cell parses as the course's Python."""
+    broken = []
+    for index, cell in enumerate(json.loads(notebook.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        try:
+            ast.parse("".join(cell["source"]), feature_version=(3, 11))
+        except SyntaxError as error:
+            broken.append(f"cell {index}, line {error.lineno}: {error.msg}")
+    assert not broken, f"{notebook.name}: " + "; ".join(broken)
