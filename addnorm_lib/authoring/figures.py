@@ -12,14 +12,24 @@ stderr: the book's build test fails on any page that prints on stderr.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 
 import numpy as np
 from matplotlib.collections import PathCollection
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-__all__ = ["MAX_WIDTH_INCHES", "MIN_FONT_POINTS", "figure_problems", "install_figure_audit"]
+__all__ = [
+    "MAX_WIDTH_INCHES",
+    "MIN_FONT_POINTS",
+    "colour_problems",
+    "figure_problems",
+    "install_figure_audit",
+]
 
 #: 653 px at 96 dpi, 663 px once cropped (PAD_INCHES each side): fits the 672 px output area.
 MAX_WIDTH_INCHES = 6.8
@@ -70,9 +80,40 @@ def _data_hits(fig: Figure, box: Bbox, only=None) -> int:
     return hits
 
 
-def figure_problems(fig: Figure) -> list[str]:
-    """What keeps `fig` from reading well in the book's column (an empty list if nothing)."""
+def _handle_color(handle) -> tuple[float, float, float] | None:
+    """The colour a legend entry shows (its line, or its markers' or patch's face)."""
+    if isinstance(handle, Line2D):
+        return to_rgb(handle.get_color())
+    if isinstance(handle, Patch):
+        return to_rgb(handle.get_facecolor())
+    if isinstance(handle, PathCollection) and len(handle.get_facecolor()):
+        return to_rgb(handle.get_facecolor()[0])
+    return None
+
+
+def _named(label: str, name: str) -> bool:
+    """Whether a legend label names `name` alone: "Pre-LN", "Pre-LN (mean)", "Pre-LN, seed 0"."""
+    return label == name or label.startswith((f"{name} (", f"{name}, "))
+
+
+def colour_problems(fig: Figure, named_colors: Mapping[str, str]) -> list[str]:
+    """Legend entries that name one of `named_colors` (e.g. "Post-LN") in another colour."""
     found = []
+    legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    for legend in filter(None, legends):
+        for handle, text in zip(legend.legend_handles, legend.get_texts(), strict=False):
+            label, shown = text.get_text(), _handle_color(handle)
+            for name, color in named_colors.items():
+                if shown is not None and _named(label, name) and shown != to_rgb(color):
+                    found.append(f"{label!r} is drawn in {to_hex(shown)}, not {name}'s {color}")
+    return found
+
+
+def figure_problems(fig: Figure, named_colors: Mapping[str, str] | None = None) -> list[str]:
+    """What keeps `fig` from reading well in the book's column (an empty list if nothing);
+    with `named_colors` (label -> colour), also legend entries that name one of them in
+    another colour (the same arrangement has one colour in every chapter)."""
+    found = colour_problems(fig, named_colors) if named_colors else []
     width = fig.get_figwidth()
     if width > MAX_WIDTH_INCHES + 1e-6:
         found.append(
@@ -101,11 +142,11 @@ def figure_problems(fig: Figure) -> list[str]:
     return found
 
 
-def _audited(show_png):
+def _audited(show_png, named_colors: Mapping[str, str] | None):
     """`show_png` (the PNG formatter of figures) that first prints `fig`'s problems on stderr."""
 
     def audited(fig: Figure, *args, **kwargs):
-        for problem in figure_problems(fig):
+        for problem in figure_problems(fig, named_colors):
             label = fig.get_label() or (fig.axes[0].get_title() if fig.axes else "")
             print(f"figure {label!r}: {problem}", file=sys.stderr)
         return show_png(fig, *args, **kwargs)
@@ -114,7 +155,7 @@ def _audited(show_png):
     return audited
 
 
-def _ensure_audited(shell) -> None:
+def _ensure_audited(shell, named_colors: Mapping[str, str] | None = None) -> None:
     """Wrap the PNG formatter of figures in the audit, unless it already is (the inline backend
     may have replaced it since)."""
     formatter = shell.display_formatter.formatters["image/png"]
@@ -123,11 +164,12 @@ def _ensure_audited(shell) -> None:
     except KeyError:
         return
     if not getattr(show_png, "is_audited", False):
-        formatter.for_type(Figure, _audited(show_png))
+        formatter.for_type(Figure, _audited(show_png, named_colors))
 
 
-def install_figure_audit() -> bool:
-    """In IPython, show figures at 2x and audit every figure as it is shown.
+def install_figure_audit(named_colors: Mapping[str, str] | None = None) -> bool:
+    """In IPython, show figures at 2x and audit every figure as it is shown (with
+    `named_colors`: label -> the colour a legend entry of that name must have).
 
     Every figure a notebook shows (``plt.show()``, a figure as a cell's value, ``display``) goes
     through IPython's PNG formatter; the audit wraps it, and checks before each cell that it
@@ -143,12 +185,12 @@ def install_figure_audit() -> bool:
     from matplotlib_inline.backend_inline import set_matplotlib_formats
 
     set_matplotlib_formats("retina", pad_inches=PAD_INCHES)
-    _ensure_audited(shell)
+    _ensure_audited(shell, named_colors)
     callbacks = shell.events.callbacks["pre_execute"]
     if not any(getattr(c, "audits_figures", False) for c in callbacks):
 
         def check_audit() -> None:
-            _ensure_audited(shell)
+            _ensure_audited(shell, named_colors)
 
         check_audit.audits_figures = True
         shell.events.register("pre_execute", check_audit)

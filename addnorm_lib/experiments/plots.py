@@ -33,6 +33,7 @@ __all__ = [
     "NORM_NAMES",
     "PLACEMENT_LAYOUTS",
     "VARIANT_COLORS",
+    "VARIANT_NAMES",
     "describe_reduction",
     "draw_placement_diagram",
     "draw_reduction",
@@ -74,6 +75,18 @@ VARIANT_COLORS: dict[str, str] = {
     "dyt": "#1f78b4",
 }
 
+#: How the chapters' legends name the arrangements: an entry that names one alone ("Pre-LN",
+#: "Pre-LN (mean)") must have its colour (the figure audit checks).
+VARIANT_NAMES: dict[str, str] = {
+    "post": "Post-LN",
+    "pre": "Pre-LN",
+    "deepnorm": "DeepNorm",
+    "peri": "Peri-LN",
+    "qk": "QK-norm",
+    "normformer": "NormFormer",
+    "dyt": "DyT",
+}
+
 #: Display names of the norms.
 NORM_NAMES: dict[str, str] = {
     "batch": "BatchNorm",
@@ -112,7 +125,7 @@ def use_style() -> None:
     it is shown (size, text, legends: :mod:`addnorm_lib.authoring.figures`).
     """
     mpl.rcParams.update(_STYLE)
-    install_figure_audit()
+    install_figure_audit({VARIANT_NAMES[k]: VARIANT_COLORS[k] for k in VARIANT_NAMES})
 
 
 def sweep_colors(count: int) -> list[tuple[float, float, float, float]]:

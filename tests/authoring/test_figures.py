@@ -116,3 +116,25 @@ def test_data_clipped_out_of_view_does_not_count_as_covered():
     ax.set(xlim=(0, 1), ylim=(0, 1))
     ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.02))  # above the axes, over the clipped line
     assert figure_problems(fig) == []
+
+
+NAMED = {"Post-LN": "#666666", "Pre-LN": "#d95f02"}
+
+
+@pytest.mark.parametrize("label", ["Pre-LN", "Pre-LN (mean of 3 seeds)", "Pre-LN, seed 0"])
+def test_an_arrangement_named_in_another_colour_is_named(label):
+    fig, ax = figure()
+    ax.plot(X, X, color="#1b9e77", label=label)
+    fig.legend(loc="outside upper center")
+    assert figure_problems(fig, NAMED) == [f"{label!r} is drawn in #1b9e77, not Pre-LN's #d95f02"]
+
+
+def test_its_own_colour_and_other_labels_pass():
+    fig, ax = figure()
+    ax.plot(X, X, color="#d95f02", label="Pre-LN (mean)")
+    ax.scatter(X, 1 - X, color="#666666", label="Post-LN")
+    ax.plot(X, X / 2, color="#333333", label="Pre-LN at L = 1, times 1/sqrt(L)")  # a reference
+    ax.plot(X, X / 3, color="#e6ab02", label="Pre-LN + QK-norm")  # another arrangement
+    fig.legend(loc="outside upper center", ncols=2)
+    assert figure_problems(fig, NAMED) == []
+    assert figure_problems(fig) == []  # no names given: no colour rule
