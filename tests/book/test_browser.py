@@ -15,6 +15,7 @@ ADDNORM_SKIP_BROWSER=1 to skip them explicitly.
 """
 
 import base64
+import math
 import os
 import re
 import shutil
@@ -119,17 +120,34 @@ EXPLORE = r"""
       .filter(img => img.offsetParent);
     const key = img => img.dataset.frame.replace(/\s+/g, ' ').trim();
     const steps = [];
-    for (const control of controls) {
-      const start = control.select.selectedIndex;
-      for (const index of [...Array(control.select.options.length).keys(), start]) {
-        control.select.selectedIndex = index;
-        control.select.dispatchEvent(new Event('change', {bubbles: true}));
-        for (let i = 0; i < 30 && !(shown().length === 1
-             && key(shown()[0]) === expected()); i++) await wait(100);
-        steps.push({control: control.name, index, expected: expected(),
-          shown: shown().map(key),
-          image: shown().map(img => img.src.length + ':' + img.src.slice(-40))});
+    const set = async (control, index) => {
+      if (control.select.selectedIndex === index) return;
+      control.select.selectedIndex = index;
+      control.select.dispatchEvent(new Event('change', {bubbles: true}));
+    };
+    // Every combination, in odometer order (the last control turns fastest): each stack of
+    // each level is reached, not only those on the path of the start values.
+    const sizes = controls.map(c => c.select.options.length);
+    const starts = controls.map(c => c.select.selectedIndex);
+    const total = sizes.reduce((a, b) => a * b, 1);
+    for (let n = 0; n <= total; n++) {
+      let rest = n, moved = [];
+      const indices = n === total ? starts : sizes.map(() => 0);
+      if (n < total) {
+        for (let k = sizes.length - 1; k >= 0; k--) {
+          indices[k] = rest % sizes[k];
+          rest = Math.floor(rest / sizes[k]);
+        }
       }
+      for (let k = 0; k < controls.length; k++) {
+        if (controls[k].select.selectedIndex !== indices[k]) moved.push(controls[k].name);
+        await set(controls[k], indices[k]);
+      }
+      for (let i = 0; i < 30 && !(shown().length === 1
+           && key(shown()[0]) === expected()); i++) await wait(100);
+      steps.push({control: moved.join('+') || '-', index: indices.join(','),
+        expected: expected(), shown: shown().map(key),
+        image: shown().map(img => img.src.length + ':' + img.src.slice(-40))});
     }
     report.push({controls: controls.map(c => [c.name, c.select.options.length]), steps});
   }
@@ -364,19 +382,20 @@ def test_widgets_render_offline_with_their_figure(site):
 
 
 def test_every_control_of_every_explorer_shows_its_own_figure(site):
-    """With no kernel, each option of each control switches to the figure precomputed for the
-    settings the controls now show, and that figure differs from the one before."""
+    """With no kernel, every combination of the controls' options (then back to the start)
+    shows the figure precomputed for the settings the controls show, and that figure differs
+    from the one before."""
     for page in WIDGET_PAGES:
         assert site["pages"][page]["explorers"], f"{page}: no explorer was driven"
 
     def check(report):
         for number, explorer in enumerate(report.get("explorers", []), start=1):
-            moves = sum(count + 1 for _, count in explorer["controls"])
+            moves = math.prod(count for _, count in explorer["controls"]) + 1  # and back
             if not explorer["controls"] or len(explorer["steps"]) != moves:
                 yield f"explorer {number}: {len(explorer['steps'])} moves of {moves}"
             previous = None
             for step in explorer["steps"]:
-                where = f"explorer {number}, {step['control']} option {step['index']}"
+                where = f"explorer {number}, options {step['index']} (moved: {step['control']})"
                 if step["shown"] != [step["expected"]]:
                     yield f"{where}: controls show {step['expected']!r}, figures {step['shown']}"
                 elif (
