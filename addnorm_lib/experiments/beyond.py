@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from addnorm_lib import lookup
-from addnorm_lib.experiments.deepnorm import held_out_score, reverse_task
+from addnorm_lib.experiments.deepnorm import held_out_score, reverse_task_loss
 from addnorm_lib.reference.placement import PreLNBlock
 from addnorm_lib.transformer.architectures import OutputNormBlock, SandwichBlock
 from addnorm_lib.transformer.sublayers import FeedForward, xavier_init_
@@ -395,11 +395,9 @@ def train_beyond_model(
     """
     opt = torch.optim.Adam(model.parameters(), lr=lr, betas=tuple(betas))
     data = torch.Generator().manual_seed(seed)
-    vocab_size, seq_len = model.vocab_size, model.seq_len
     losses, max_logit = np.full(steps, np.nan), np.full(steps, np.nan)
     for step in range(steps):
-        tokens, targets = reverse_task(batch_size, seq_len, vocab_size, data)  # (B, T) each
-        loss = F.cross_entropy(model(tokens).reshape(-1, vocab_size), targets.reshape(-1))
+        loss, _ = reverse_task_loss(model, batch_size, data)
         if not torch.isfinite(loss):
             break
         opt.zero_grad()

@@ -116,6 +116,21 @@ def reverse_task(
     return tokens, tokens.flip(1)
 
 
+def reverse_task_loss(
+    model: nn.Module, batch_size: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """The mean cross-entropy of ``model`` on one batch of the reversal task drawn from
+    ``generator``, and that batch's int64 tokens ``(B, T)``.
+
+    ``model`` maps int64 tokens ``(B, T)`` to logits ``(B, T, V)`` and has ``vocab_size`` and
+    ``seq_len`` attributes. The loss is a scalar tensor with its graph (call ``backward``).
+    """
+    vocab_size = model.vocab_size
+    tokens, targets = reverse_task(batch_size, model.seq_len, vocab_size, generator)  # (B, T)
+    logits = model(tokens)  # (B, T, V)
+    return F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)), tokens
+
+
 def held_out_score(model: nn.Module, generator: torch.Generator) -> tuple[float, float]:
     """Mean cross-entropy and token accuracy of ``model`` on 512 fresh sequences of the reversal
     task drawn from ``generator`` (after the training batches), without gradients.
@@ -369,9 +384,7 @@ def train_sequence_model(
 
     for step in range(steps):
         diagnose(step)
-        tokens, targets = reverse_task(batch_size, seq_len, vocab_size, data)  # (B, T) each
-        logits = model(tokens)  # (B, T, V)
-        loss = F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1))
+        loss, _ = reverse_task_loss(model, batch_size, data)
         if not torch.isfinite(loss):
             break
         opt.zero_grad()

@@ -41,11 +41,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from addnorm_lib import lookup
-from addnorm_lib.experiments.deepnorm import held_out_score, reverse_task
+from addnorm_lib.experiments.deepnorm import held_out_score, reverse_task_loss
 from addnorm_lib.experiments.depth import set_seed
 from addnorm_lib.reference.placement import PostLNBlock, PreLNBlock, PreLNStack
 from addnorm_lib.transformer.sublayers import FeedForward, SelfAttention
@@ -225,11 +224,8 @@ def _initial_backward(
         embed_std,
         zero_qk,
     )
-    tokens, targets = reverse_task(
-        batch_size, seq_len, vocab_size, torch.Generator().manual_seed(seed)
-    )  # (B, T) each
-    logits = model(tokens)  # (B, T, V)
-    F.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1)).backward()
+    loss, tokens = reverse_task_loss(model, batch_size, torch.Generator().manual_seed(seed))
+    loss.backward()
     return model, tokens
 
 
@@ -366,13 +362,11 @@ def train_placement_model(
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     else:
         sched = None
-    vocab_size, seq_len = model.vocab_size, model.seq_len
     data = torch.Generator().manual_seed(seed)
     params = [p for p in model.parameters() if p.requires_grad]
     losses, grad_norms, update_norms = ([math.nan] * steps for _ in range(3))
     for step in range(steps):
-        tokens, targets = reverse_task(batch_size, seq_len, vocab_size, data)  # (B, T) each
-        loss = F.cross_entropy(model(tokens).reshape(-1, vocab_size), targets.reshape(-1))
+        loss, _ = reverse_task_loss(model, batch_size, data)
         if not torch.isfinite(loss):
             break
         opt.zero_grad()
