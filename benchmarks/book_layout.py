@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.book.browser import Chromium, StaticServer  # noqa: E402
-from tests.book.layout import DESKTOP, PHONE, measure  # noqa: E402
+from tests.book.layout import DESKTOP, PHONE, measure, shrunk  # noqa: E402
 
 NOT_PAGES = {"_static", "_sources", "_images", "_downloads"}
 IMAGE = re.compile(r'<img[^>]+src="([^"]+)"')
@@ -76,7 +76,7 @@ def main() -> None:
         print(f"{page:32} " + " ".join(f"{c:>9}" for c in cells), end="")
         print(
             f" {len(p['equations']['over']):>3}/{p['equations']['total']:<3}"
-            f" {len(d['figures']['shrunk']):>3}/{d['figures']['total']:<3}"
+            f" {len(shrunk(d)):>3}/{len(d['figures']):<3}"
             f" {p['pageWidth'] if wide else 'ok':>8} {row['html_bytes'] / 1e3:8.0f}"
             f" {row['bytes'] / 1e3:7.0f}"
         )
@@ -84,8 +84,8 @@ def main() -> None:
             totals[c] += len(d[c]["over"])
             totals[f"{c}_total"] += d[c]["total"]
         totals["eq390"] += len(p["equations"]["over"])
-        totals["shrunk"] += len(d["figures"]["shrunk"])
-        totals["figures"] += d["figures"]["total"]
+        totals["shrunk"] += len(shrunk(d))
+        totals["figures"] += len(d["figures"])
         totals["wide"] += wide
         if args.details:
             for c in columns:
@@ -93,7 +93,7 @@ def main() -> None:
                     print(f"    1280 {c}: {text}")
             for text in p["equations"]["over"]:
                 print(f"    390 equation: {text}")
-            for text in d["figures"]["shrunk"]:
+            for text in shrunk(d):
                 print(f"    1280 shrunk figure: {text}")
     print(
         f"\nat {DESKTOP} px: {totals['code']}/{totals['code_total']} code blocks, "

@@ -3,22 +3,19 @@
 `measure(browser, url, width)` opens `url` in a window `width` CSS pixels wide (390 is a phone,
 emulated as one: touch, viewport meta honoured) and returns what overflows: code blocks, printed
 outputs, tables and display equations wider than their box (a reader must scroll sideways inside
-them, or they are cut off), figures drawn larger than they are shown (shrunk), and whether the
-page itself scrolls sideways. The browser tests assert on it; `benchmarks/book_layout.py` prints
-it for every page.
+them, or they are cut off), every figure with its sizes, alt text and caption (`shrunk` lists
+those drawn larger than they are shown), and whether the page itself scrolls sideways. The
+browser tests assert on it; `benchmarks/book_layout.py` prints it for every page.
 """
 
 from tests.book.browser import Chromium
 
 DESKTOP, PHONE = 1280, 390
 
-# Waits for MathJax, images and widgets, then lists what overflows. An element overflows when its
-# content is wider than its box (scrollWidth > clientWidth) or its box reaches past the article's
-# right edge. A figure is shrunk when it is shown narrower than its CSS width (its width attribute
-# or style, which MyST-NB sets from IPython's retina format: half the PNG's pixels; else its
-# natural width).
-LAYOUT = r"""
-(async () => {
+# Statements that wait until a page has settled: MathJax has typeset, every image has loaded (or
+# failed), and 200 ms more. Both scripts the browser tests run first (LAYOUT here, INSPECT in
+# test_browser.py) start with them.
+READY = r"""
   const wait = ms => new Promise(done => setTimeout(done, ms));
   if (document.querySelector('.math')) {
     for (let i = 0; !(window.MathJax && MathJax.startup && MathJax.startup.promise) && i < 100; i++)
@@ -31,6 +28,16 @@ LAYOUT = r"""
     setTimeout(done, 10000);
   })));
   await wait(200);
+"""
+
+# Lists what overflows, and every figure. An element overflows when its content is wider than its
+# box (scrollWidth > clientWidth) or its box reaches past the article's right edge. A figure's CSS
+# width is its width attribute or style (MyST-NB sets it from IPython's retina format: half the
+# PNG's pixels), else its natural width; it is shrunk when shown narrower than that.
+LAYOUT = (
+    "(async () => {"
+    + READY
+    + r"""
   const article = document.querySelector('article.bd-article') || document.body;
   const right = article.getBoundingClientRect().right;
   const wide = el => el.scrollWidth > el.clientWidth + 1
@@ -41,24 +48,41 @@ LAYOUT = r"""
     return {total: all.length, over: all.filter(wide).map(text)};
   };
   const isInput = e => e.closest('.cell_input, .highlight') && !e.closest('.cell_output');
+  // Figures: chapter outputs and explorer frames, with what a reader gets of each.
   const figures = [...article.querySelectorAll('.cell_output img, figure img')]
-    .filter(img => img.offsetParent);
-  const cssWidth = img => Number(img.getAttribute('width')) || parseFloat(img.style.width)
-    || img.naturalWidth;
+    .filter(img => img.offsetParent).map(img => {
+      const figure = img.closest('figure');
+      const number = figure && figure.querySelector('figcaption .caption-number');
+      const caption = figure && figure.querySelector('figcaption .caption-text');
+      return {src: (img.getAttribute('src') || '').slice(0, 60), alt: img.getAttribute('alt'),
+        frame: img.classList.contains('addnorm-frame'),
+        number: number ? number.textContent.trim() : null,
+        caption: caption ? caption.textContent.trim() : null,
+        natural: img.naturalWidth, shown: img.clientWidth,
+        css: Number(img.getAttribute('width')) || parseFloat(img.style.width)
+          || img.naturalWidth};
+    });
   return {
     code: listed('pre', isInput),
     outputs: listed('.cell_output pre, .output pre'),
     tables: listed('table'),
     equations: listed('mjx-container[display="true"]'),
-    figures: {total: figures.length,
-      shrunk: figures.filter(img => img.clientWidth + 1 < cssWidth(img))
-        .map(img => `${img.getAttribute('src').split('/').pop().slice(0, 40)}: `
-             + `${cssWidth(img)} px shown at ${img.clientWidth}`)},
+    figures,
     pageWidth: document.documentElement.scrollWidth,
     windowWidth: window.innerWidth,
   };
 })()
 """
+)
+
+
+def shrunk(report: dict) -> list[str]:
+    """The figures of a LAYOUT report shown narrower than their CSS width."""
+    return [
+        f"{figure['src']}: {figure['css']} px shown at {figure['shown']}"
+        for figure in report["figures"]
+        if figure["shown"] + 1 < figure["css"]
+    ]
 
 
 def set_width(browser: Chromium, width: int) -> None:

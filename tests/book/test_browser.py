@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from tests.book.browser import LOCAL_HOSTS, Chromium, StaticServer
-from tests.book.layout import DESKTOP, LAYOUT, PHONE, overflowing, set_width
+from tests.book.layout import DESKTOP, LAYOUT, PHONE, READY, overflowing, set_width, shrunk
 from tests.conftest import BOOK_GROUP, EXERCISES, ROOT
 
 pytestmark = [pytest.mark.slow, BOOK_GROUP]
@@ -40,24 +40,17 @@ SCREENSHOT_MAX_HEIGHT = 16000  # CSS pixels: chromium's limit for one capture is
 LAUNCHERS = ("mybinder.org", "colab.research.google.com", "github.com/addnorm-course")
 REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
 EMPTY_REPORT = {"hasMath": False, "untypeset": [], "text": "", "images": [], "links": [], "ids": []}
-EMPTY_REPORT |= {"headerDownloads": [], "errors": [], "outside": [], "figures": []}
+EMPTY_REPORT |= {"headerDownloads": [], "errors": [], "outside": []}
 RAW_TEX = ("$$", "\\(", "\\)", "\\[", "\\]", "\\begin{")
 
 # Runs in the page once it has loaded: waits for MathJax and the images, then reports what the
 # tests check. Text inside code, scripts and typeset math is left out of `text`.
-INSPECT = r"""
-(async () => {
-  const wait = ms => new Promise(done => setTimeout(done, ms));
+INSPECT = (
+    "(async () => {"
+    + READY
+    + r"""
   const hasMath = document.querySelector('.math') !== null;
-  for (let i = 0; hasMath && !(window.MathJax && MathJax.startup && MathJax.startup.promise)
-       && i < 100; i++) await wait(100);
-  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
   const images = [...document.images];
-  images.forEach(img => { img.loading = 'eager'; });
-  await Promise.all(images.map(img => img.complete ? null : new Promise(done => {
-    img.addEventListener('load', done); img.addEventListener('error', done);
-    setTimeout(done, 10000);
-  })));
   const views = document.querySelectorAll(
     'script[type="application/vnd.jupyter.widget-view+json"]').length;
   const shownFrames = () => [...document.querySelectorAll('.addnorm-explorer img.addnorm-frame')]
@@ -65,19 +58,6 @@ INSPECT = r"""
   for (let i = 0; views && shownFrames().length < views && i < 150; i++) await wait(100);
   const widgets = {views, rendered: document.querySelectorAll('.addnorm-explorer').length,
     images: shownFrames().map(img => img.naturalWidth)};
-  // Figures: chapter outputs and explorer frames, with what a reader gets of each.
-  const figures = [...document.querySelectorAll('.cell_output img, img.addnorm-frame')]
-    .filter(img => img.offsetParent).map(img => {
-      const figure = img.closest('figure');
-      const number = figure && figure.querySelector('figcaption .caption-number');
-      const text = figure && figure.querySelector('figcaption .caption-text');
-      return {src: (img.getAttribute('src') || '').slice(0, 60), alt: img.getAttribute('alt'),
-        frame: img.classList.contains('addnorm-frame'),
-        number: number ? number.textContent.trim() : null,
-        caption: text ? text.textContent.trim() : null,
-        natural: img.naturalWidth, shown: img.clientWidth,
-        css: Number(img.getAttribute('width')) || parseFloat(img.style.width) || img.naturalWidth};
-    });
   const skip = 'pre, code, script, style, textarea, noscript, mjx-container';
   const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
   const text = [];
@@ -96,10 +76,10 @@ INSPECT = r"""
     headerDownloads: [...document.querySelectorAll('.article-header-buttons a[href]')]
       .map(a => a.href).filter(href => href.split('#')[0].endsWith('.ipynb')),
     widgets,
-    figures,
   };
 })()
 """
+)
 
 
 # Runs after INSPECT on a page with explorers: moves every control of every explorer through
@@ -428,15 +408,20 @@ def test_no_page_scrolls_sideways_on_a_phone(site):
     fail_on(site, check, f"pages wider than a {PHONE} px phone")
 
 
+def figures_of(report: dict) -> list[dict]:
+    """The figures a page shows at desktop width (none for a redirect)."""
+    return report["layout"][DESKTOP]["figures"] if "layout" in report else []
+
+
 def test_figures_are_shown_at_their_size_and_drawn_at_twice_it(site):
     def check(report):
-        for figure in report["figures"]:
-            if figure["shown"] + 1 < figure["css"]:
-                yield f"{figure['src']}: {figure['css']} px wide, shrunk to {figure['shown']}"
+        if "layout" in report:
+            yield from (f"shrunk: {line}" for line in shrunk(report["layout"][DESKTOP]))
+        for figure in figures_of(report):
             if figure["natural"] < 2 * figure["css"] - 2:
                 yield f"{figure['src']}: {figure['natural']} pixels for {figure['css']} px (not 2x)"
 
-    assert any(report["figures"] for report in site["pages"].values()), "no figure found"
+    assert any(figures_of(report) for report in site["pages"].values()), "no figure found"
     fail_on(site, check, "figures shrunk or drawn at less than 2x")
 
 
@@ -445,7 +430,7 @@ def test_every_figure_is_numbered_captioned_and_described(site):
     alt text that describes it (not empty, not a file name)."""
 
     def check(report):
-        for figure in report["figures"]:
+        for figure in figures_of(report):
             alt = (figure["alt"] or "").strip()
             if len(alt.split()) < 4 or re.search(r"\.(png|svg|jpe?g)$|^(\.\./)?_images/", alt):
                 yield f"{figure['src']}: alt text {alt!r} does not describe the figure"
