@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import html
 import io
-import itertools
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import ipywidgets as widgets
@@ -154,7 +154,7 @@ def precomputed_explorer(
         for name, control in widgets_by_name.items()
         for stack in stacks[name]
     ]
-    count = len(list(itertools.product(*values.values())))
+    count = math.prod(len(options) for options in values.values())
     if note is None:
         grid = "; ".join(f"{name}: {', '.join(shown[name])}" for name in names)
         note = f"All {count} figures were drawn when this page was built ({grid})."
