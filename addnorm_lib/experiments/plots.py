@@ -356,21 +356,19 @@ def plot_reductions(
     norms: Sequence[str] = ("batch", "layer"),
     layouts: Sequence[str] = ("NC", "BTC", "NCHW"),
     num_groups: int = 2,
-    cell_size: float = 2.6,
+    row_height: float = 2.4,
 ) -> Figure:
-    """A grid of :func:`draw_reduction` panels: one row per norm, one column per layout.
-
-    ``cell_size`` (inches) shrinks where the grid would be wider than the book's column.
-    """
-    cell_size = min(cell_size, MAX_WIDTH_INCHES / (1.3 * len(layouts)))
+    """A grid of :func:`draw_reduction` panels: one row per layout, one column per norm, as
+    wide as the book's column (``row_height`` inches per row). With the norms side by side, each
+    panel is wide enough for its axis labels."""
     fig, axes = plt.subplots(
-        len(norms),
         len(layouts),
-        figsize=(cell_size * 1.3 * len(layouts), cell_size * len(norms)),
+        len(norms),
+        figsize=(MAX_WIDTH_INCHES, row_height * len(layouts)),
         squeeze=False,
     )
-    for row, norm in zip(axes, norms, strict=True):
-        for ax, layout in zip(row, layouts, strict=True):
+    for row, layout in zip(axes, layouts, strict=True):
+        for ax, norm in zip(row, norms, strict=True):
             draw_reduction(ax, norm, layout, num_groups=num_groups)
     return fig
 

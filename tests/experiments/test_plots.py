@@ -46,3 +46,17 @@ def test_an_unknown_diagram_kind_is_refused_with_the_known_kinds():
     with pytest.raises(ValueError, match=re.escape(f"kind must be one of {kinds}, got 'diagonal'")):
         plots.draw_placement_diagram(ax, "diagonal")
     plt.close(fig)
+
+
+def test_the_reductions_grid_has_a_row_per_layout_and_fits_the_page():
+    from addnorm_lib.authoring.figures import MAX_WIDTH_INCHES, figure_problems
+
+    fig = plots.plot_reductions(("batch", "layer", "rms"), ("NC", "BTC"))
+    try:
+        assert fig.get_figwidth() == MAX_WIDTH_INCHES
+        rows = sorted({round(ax.get_position().y0, 3) for ax in fig.axes}, reverse=True)
+        columns = sorted({round(ax.get_position().x0, 3) for ax in fig.axes})
+        assert (len(rows), len(columns)) == (2, 3)
+        assert figure_problems(fig) == []
+    finally:
+        plt.close(fig)
