@@ -4,7 +4,8 @@
 
 For every page: code blocks, printed outputs, tables and display equations that need sideways
 scrolling or are cut off at 1280 px, the same at 390 px, figures shown smaller than drawn at
-1280 px, whether the page scrolls sideways at 390 px, and the page's weight (its HTML, and its
+1280 px, figures squashed (another aspect ratio than drawn) and text running past its box at
+390 px, whether the page scrolls sideways at 390 px, and the page's weight (its HTML, and its
 HTML with the images it shows). Needs chromium (see tests/book/browser.py).
 """
 
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.book.browser import Chromium, StaticServer  # noqa: E402
-from tests.book.layout import DESKTOP, PHONE, measure, shrunk  # noqa: E402
+from tests.book.layout import DESKTOP, PHONE, measure, shrunk, squashed  # noqa: E402
 
 NOT_PAGES = {"_static", "_sources", "_images", "_downloads"}
 IMAGE = re.compile(r'<img[^>]+src="([^"]+)"')
@@ -66,8 +67,10 @@ def main() -> None:
 
     columns = ["code", "outputs", "tables", "equations"]
     print(f"{'page':32} " + " ".join(f"{c[:6]:>9}" for c in columns), end="")
-    print(f" {'eq@390':>7} {'shrunk':>7} {'page@390':>8} {'html KB':>8} {'all KB':>7}")
-    totals = dict.fromkeys(["code", "outputs", "tables", "equations", "eq390", "shrunk", "wide"], 0)
+    print(f" {'eq@390':>7} {'shrunk':>7} {'sq@390':>7} {'txt@390':>7} {'page@390':>8}", end="")
+    print(f" {'html KB':>8} {'all KB':>7}")
+    counted = ["code", "outputs", "tables", "equations", "eq390", "shrunk", "wide", "squashed"]
+    totals = dict.fromkeys([*counted, "text"], 0)
     totals |= {f"{c}_total": 0 for c in columns} | {"figures": 0}
     for page, row in rows.items():
         d, p = row["desktop"], row["phone"]
@@ -77,6 +80,7 @@ def main() -> None:
         print(
             f" {len(p['equations']['over']):>3}/{p['equations']['total']:<3}"
             f" {len(shrunk(d)):>3}/{len(d['figures']):<3}"
+            f" {len(squashed(p)):>3}/{len(p['figures']):<3} {len(p.get('text', [])):>7}"
             f" {p['pageWidth'] if wide else 'ok':>8} {row['html_bytes'] / 1e3:8.0f}"
             f" {row['bytes'] / 1e3:7.0f}"
         )
@@ -87,6 +91,8 @@ def main() -> None:
         totals["shrunk"] += len(shrunk(d))
         totals["figures"] += len(d["figures"])
         totals["wide"] += wide
+        totals["squashed"] += len(squashed(p))
+        totals["text"] += len(p.get("text", []))
         if args.details:
             for c in columns:
                 for text in d[c]["over"]:
@@ -95,13 +101,18 @@ def main() -> None:
                 print(f"    390 equation: {text}")
             for text in shrunk(d):
                 print(f"    1280 shrunk figure: {text}")
+            for text in squashed(p):
+                print(f"    390 squashed figure: {text}")
+            for text in p.get("text", []):
+                print(f"    390 text past its box: {text}")
     print(
         f"\nat {DESKTOP} px: {totals['code']}/{totals['code_total']} code blocks, "
         f"{totals['outputs']}/{totals['outputs_total']} outputs, "
         f"{totals['tables']}/{totals['tables_total']} tables, "
         f"{totals['equations']}/{totals['equations_total']} display equations overflow; "
         f"{totals['shrunk']}/{totals['figures']} figures shrunk. At {PHONE} px: "
-        f"{totals['eq390']} equations overflow, {totals['wide']} pages scroll sideways."
+        f"{totals['eq390']} equations overflow, {totals['squashed']} figures squashed, "
+        f"{totals['text']} texts run past their box, {totals['wide']} pages scroll sideways."
     )
     if args.json:
         args.json.write_text(json.dumps({"pages": rows, "totals": totals}, indent=1))

@@ -18,6 +18,11 @@ table of contents on a phone) did nothing. :data:`FORWARD_SIDEBAR_TOGGLES` makes
 toggle click the first. On a wide screen the book theme's primary toggle marks the sidebar
 ``pst-sidebar-hidden``, which pydata-sphinx-theme 0.17 no longer styles; ``static/addnorm.css``
 hides it.
+
+Sphinx numbers the figures of a book without numbered chapters in one sequence across all pages
+("Fig. 37" in the eighth chapter). :func:`number_figures_per_page` makes each page's figures
+(and tables, code listings) start again at 1, in the order Sphinx found them, so that a chapter's
+first figure is Fig. 1; ``{numref}`` links read the same numbers.
 """
 
 from pathlib import Path
@@ -76,6 +81,33 @@ def add_static_files(app) -> None:
     app.config.html_static_path = [*app.config.html_static_path, str(STATIC)]
 
 
+def per_page(fignumbers: dict) -> dict:
+    """``{docname: {figtype: {id: (n,)}}}`` renumbered from 1 within each page and type, in the
+    order of the numbers given (Sphinx's order of appearance)."""
+    return {
+        docname: {
+            figtype: {
+                figure_id: (position,)
+                for position, (figure_id, _) in enumerate(
+                    sorted(numbers.items(), key=lambda item: item[1]), start=1
+                )
+            }
+            for figtype, numbers in types.items()
+        }
+        for docname, types in fignumbers.items()
+    }
+
+
+def number_figures_per_page(app, env) -> list[str]:
+    """Sphinx's env-get-updated handler, after the toctree collector numbered the figures of
+    the whole book in one sequence: each page's numbers start at 1. Returns the pages whose
+    numbers this changed (they are written again)."""
+    renumbered = per_page(env.toc_fignumbers)
+    changed = [doc for doc, types in renumbered.items() if types != env.toc_fignumbers[doc]]
+    env.toc_fignumbers = renumbered
+    return changed
+
+
 def setup(app):
     """Register the handlers."""
     app.connect("config-inited", default_theme_mode)
@@ -83,4 +115,6 @@ def setup(app):
     app.add_js_file(None, body=FORWARD_SIDEBAR_TOGGLES)
     app.add_css_file("addnorm.css")
     app.connect("html-page-context", drop_duplicate_scripts)
+    # after the toctree collector's handler (priority 500), which numbers the figures
+    app.connect("env-get-updated", number_figures_per_page, priority=900)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

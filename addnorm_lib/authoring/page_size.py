@@ -20,7 +20,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from addnorm_lib.authoring.cells import code_cells, fenced_code, shown
+from addnorm_lib.authoring.cells import FENCE, code_cells, fenced_code, shown
 
 __all__ = [
     "MAX_PROSE_WORDS",
@@ -60,15 +60,22 @@ class PageSize:
     @property
     def within_limits(self) -> bool:
         """Whether a chapter's main page may be this long."""
-        return (
-            self.prose_words <= MAX_PROSE_WORDS and self.shown_code_lines <= MAX_SHOWN_CODE_LINES
-        )
+        return self.prose_words <= MAX_PROSE_WORDS and self.shown_code_lines <= MAX_SHOWN_CODE_LINES
+
+
+def _fence_of(lines: list[str], first: int) -> int:
+    """The line of the ``{code-cell}`` fence that opens the cell whose source starts at
+    ``first`` (its options, in either form, lie between)."""
+    fence = first - 1
+    while fence > 0 and not FENCE.match(lines[fence]):
+        fence -= 1
+    return fence
 
 
 def _without_code(text: str) -> str:
     """The page with its code cells and fenced code blocks blanked out (line numbers kept)."""
     lines = text.split("\n")
-    spans = [(cell.first, cell.last) for cell in code_cells(text)]
+    spans = [(_fence_of(lines, cell.first), cell.last) for cell in code_cells(text)]
     spans += [(first, first + len(body)) for first, body in fenced_code(text)]
     for first, last in spans:
         for i in range(first, min(last, len(lines))):

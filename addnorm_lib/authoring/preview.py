@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Working-tree files every preview takes: what any page may read or link to.
+#: The flags of ``make book``: a warning is an error, every reference must resolve.
+STRICT = ["--warningiserror", "--nitpick", "--keep-going"]
 SHARED = ["_toc.yml", "_config.yml", "references.bib", "book/data", "_vendor"]
 
 
@@ -67,10 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         _overlay(dest, relative)
     start = time.time()
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
-    build = subprocess.run(
-        [str(jupyter_book), "build", str(dest), "--builder", "html"]
-        + ["--warningiserror", "--nitpick", "--keep-going"]
-    )
+    build = subprocess.run([str(jupyter_book), "build", str(dest), "--builder", "html", *STRICT])
     print(f"Built in {time.time() - start:.0f} s: {dest / '_build' / 'html'}")
     return build.returncode
 

@@ -38,6 +38,10 @@ LAYOUT = (
     "(async () => {"
     + READY
     + r"""
+  // Folded cells (hide-input, hide-output) are opened: a reader who opens one must not meet a
+  // block wider than the column.
+  for (const fold of document.querySelectorAll('article details')) fold.open = true;
+  await wait(100);
   const article = document.querySelector('article.bd-article') || document.body;
   const right = article.getBoundingClientRect().right;
   const wide = el => el.scrollWidth > el.clientWidth + 1
@@ -59,6 +63,7 @@ LAYOUT = (
         number: number ? number.textContent.trim() : null,
         caption: caption ? caption.textContent.trim() : null,
         natural: img.naturalWidth, shown: img.clientWidth,
+        naturalHeight: img.naturalHeight, shownHeight: img.clientHeight,
         css: Number(img.getAttribute('width')) || parseFloat(img.style.width)
           || img.naturalWidth};
     });
@@ -67,7 +72,17 @@ LAYOUT = (
     outputs: listed('.cell_output pre, .output pre'),
     tables: listed('table'),
     equations: listed('mjx-container[display="true"]'),
+    // Text that runs past its own box or the window (a long inline code span, a URL): the
+    // reader must scroll the page sideways or loses the end of it.
+    text: [...article.querySelectorAll(
+      'p, li, dt, dd, figcaption, caption, h1, h2, h3, h4, summary, th, td')]
+      .filter(e => e.offsetParent && !e.closest('pre, table')
+        && (e.scrollWidth > e.clientWidth + 1 || e.getBoundingClientRect().right > innerWidth + 1))
+      .map(text),
     figures,
+    // Search controls a reader can see (fields and buttons): one is enough.
+    searches: [...document.querySelectorAll('.search-button-field, .search-button')]
+      .filter(e => e.offsetParent).length,
     pageWidth: document.documentElement.scrollWidth,
     windowWidth: window.innerWidth,
   };
@@ -83,6 +98,22 @@ def shrunk(report: dict) -> list[str]:
         for figure in report["figures"]
         if figure["shown"] + 1 < figure["css"]
     ]
+
+
+def squashed(report: dict) -> list[str]:
+    """The figures of a LAYOUT report shown with another aspect ratio than they were drawn."""
+    lines = []
+    for figure in report["figures"]:
+        if not (figure["natural"] and figure["shown"] and figure["naturalHeight"]):
+            continue
+        drawn = figure["naturalHeight"] / figure["natural"]
+        shown = figure["shownHeight"] / figure["shown"]
+        if abs(shown - drawn) > 0.02 * drawn:
+            lines.append(
+                f"{figure['src']}: drawn {figure['natural']}x{figure['naturalHeight']}, "
+                f"shown {figure['shown']}x{figure['shownHeight']}"
+            )
+    return lines
 
 
 def set_width(browser: Chromium, width: int) -> None:
@@ -112,6 +143,7 @@ def overflowing(report: dict) -> list[str]:
     for kind, name in (("code", "code"), ("outputs", "output"), ("tables", "table")):
         lines += [f"{name}: {text}" for text in report[kind]["over"]]
     lines += [f"equation: {text}" for text in report["equations"]["over"]]
+    lines += [f"text: {text}" for text in report.get("text", [])]
     if report["pageWidth"] > report["windowWidth"]:
         lines.append(f"the page is {report['pageWidth']} px wide in {report['windowWidth']} px")
     return lines

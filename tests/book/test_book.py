@@ -106,3 +106,17 @@ def test_the_book_leaves_out_every_environment_the_makefile_creates():
     assert ".venv" in environments and ".venv-nbgrader" in environments, environments
     missing = [path for path in environments if path not in config["exclude_patterns"]]
     assert not missing, f"_config.yml's exclude_patterns lacks {missing}"
+
+
+@BOOK_GROUP
+def test_each_page_numbers_its_figures_from_one(built_book):
+    """A chapter's figures are Fig. 1, 2, ... in order, whatever came before it in the book."""
+    numbered = {}
+    for name in toc_files():
+        html = (built_book / f"{name}.html").read_text(encoding="utf-8")
+        numbers = [int(n) for n in re.findall(r'class="caption-number">Fig\. (\d+) ', html)]
+        if numbers:
+            numbered[name] = numbers
+    assert len(numbered) >= 5, f"too few pages with numbered figures: {sorted(numbered)}"
+    wrong = {name: n for name, n in numbered.items() if n != list(range(1, len(n) + 1))}
+    assert not wrong, f"pages whose figures are not numbered 1, 2, ...: {wrong}"

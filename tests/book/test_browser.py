@@ -27,7 +27,16 @@ from pathlib import Path
 import pytest
 
 from tests.book.browser import LOCAL_HOSTS, Chromium, StaticServer
-from tests.book.layout import DESKTOP, LAYOUT, PHONE, READY, overflowing, set_width, shrunk
+from tests.book.layout import (
+    DESKTOP,
+    LAYOUT,
+    PHONE,
+    READY,
+    overflowing,
+    set_width,
+    shrunk,
+    squashed,
+)
 from tests.conftest import BOOK_GROUP, EXERCISES, ROOT
 
 pytestmark = [pytest.mark.slow, BOOK_GROUP]
@@ -400,10 +409,15 @@ def test_nothing_overflows_its_box_at_desktop_width(site):
 
 
 def test_no_page_scrolls_sideways_on_a_phone(site):
+    """Neither the page nor any text in it (a long inline code span, say) is wider than a
+    phone's window; folded cells are measured open."""
+
     def check(report):
         layout = report.get("layout", {}).get(PHONE)
         if layout and layout["pageWidth"] > layout["windowWidth"]:
             yield f"the page is {layout['pageWidth']} px wide in a {PHONE} px window"
+        if layout:
+            yield from (f"text past its box: {text}" for text in layout["text"])
 
     fail_on(site, check, f"pages wider than a {PHONE} px phone")
 
@@ -423,6 +437,17 @@ def test_figures_are_shown_at_their_size_and_drawn_at_twice_it(site):
 
     assert any(figures_of(report) for report in site["pages"].values()), "no figure found"
     fail_on(site, check, "figures shrunk or drawn at less than 2x")
+
+
+def test_figures_keep_their_aspect_ratio_at_both_widths(site):
+    """A figure shown narrower than drawn (on a phone) is scaled, not squashed."""
+
+    def check(report):
+        for width in (DESKTOP, PHONE):
+            if "layout" in report:
+                yield from (f"at {width} px: {line}" for line in squashed(report["layout"][width]))
+
+    fail_on(site, check, "figures shown with another aspect ratio than drawn")
 
 
 def test_every_figure_is_numbered_captioned_and_described(site):
@@ -455,6 +480,16 @@ def test_every_button_of_the_page_header_does_something(site):
             assert not dead, f"{page} at {width} px: buttons that do nothing: {dead}"
         assert any("sidebar" in name.lower() for name in names), (page, names)
         assert not site["pages"][page]["errors"], site["pages"][page]["errors"]
+
+
+def test_each_page_shows_one_search_control_at_both_widths(site):
+    def check(report):
+        for width in (DESKTOP, PHONE):
+            layout = report.get("layout", {}).get(width)
+            if layout and layout["searches"] != 1:
+                yield f"at {width} px: {layout['searches']} search controls"
+
+    fail_on(site, check, "pages with other than one search control")
 
 
 def test_search_finds_the_chapters_offline(site):
