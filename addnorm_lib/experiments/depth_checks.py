@@ -1,9 +1,15 @@
-"""The depth chapter's claims, checked across seeds: dead ReLU units, and shifted inputs.
+"""The depth chapter's experiments, as small functions run on several seeds.
 
-The depth chapter (``book/depth.md``) states conclusions that a single seeded run cannot carry.
-This module holds the experiments behind two of them, so that the chapter runs each on several
-seeds and the tests here can check them on small cases:
+The depth chapter (``book/depth.md`` and ``book/depth-deeper.md``) states conclusions that a
+single seeded run cannot carry. This module holds the experiments behind them, so that the chapter
+runs each on several seeds (the training ones on a cached grid, see
+:mod:`addnorm_lib.experiments.depth_grids`) and the tests here can check them on small cases:
 
+- At initialization. :func:`one_step_failure` is the chapter's opening (a deep sigmoid network
+  whose first layer does not move); :func:`jacobian_check` builds each layer's Jacobian by hand
+  and compares it with autograd; :func:`layer_statistics` measures activations and gradients at
+  every layer (:class:`LayerStats`); :func:`layer_gain` compares the predicted factor per layer
+  with the measured one.
 - Dead ReLU units. :func:`dead_units` finds the hidden units of a plain :class:`DeepMLP` whose
   pre-activation is non-positive on every example of a batch; :func:`gradient_descent_step` is
   the one large step that kills many of them; :func:`train_and_track_dead` keeps training with
@@ -15,6 +21,8 @@ seeds and the tests here can check them on small cases:
   (:func:`shift_inputs`). :func:`output_change` measures how much its outputs move;
   :func:`reestimate_batchnorm` recomputes BatchNorm's statistics on the new inputs;
   :func:`shift_experiment` runs the whole comparison for one seed.
+- Internal covariate shift. :func:`internal_shift` trains a deep network on one fixed batch and
+  measures how much what a hidden layer receives has moved.
 
 Everything runs on the CPU in float32, seeded with :func:`~addnorm_lib.experiments.depth.set_seed`.
 """
@@ -23,22 +31,33 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.autograd.functional import jacobian
 
 from addnorm_lib import lookup
-from addnorm_lib.experiments.depth import DeepMLP, set_seed
+from addnorm_lib.experiments.depth import DeepMLP, Probe, set_seed
 
 __all__ = [
     "NORMS",
     "SHIFTS",
+    "SLOPE_OF_OUTPUT",
+    "FailureStep",
+    "LayerStats",
     "dead_units",
     "feature_data",
+    "gains_over_seeds",
     "gradient_descent_step",
+    "internal_shift",
+    "jacobian_check",
+    "layer_gain",
+    "layer_statistics",
     "normed_mlp",
+    "one_step_failure",
     "output_change",
     "reestimate_batchnorm",
     "shift_experiment",
@@ -298,7 +317,12 @@ def output_change(before: Tensor, after: Tensor) -> float:
 
 
 def shift_experiment(
-    seed: int, in_features: int = 16, n_train: int = 4096, n_test: int = 4096, steps: int = 300
+    seed: int,
+    in_features: int = 16,
+    n_train: int = 4096,
+    n_test: int = 4096,
+    steps: int = 300,
+    lr: float = 3e-3,
 ) -> dict:
     """For one seed: how much do BatchNorm and LayerNorm networks' outputs move under each shift?
 
@@ -329,7 +353,7 @@ def shift_experiment(
     models = {}
     for norm in NORMS:
         models[norm] = normed_mlp(norm, in_features)
-        train_regression(models[norm], x_train, y_train, steps=steps, generator=g)
+        train_regression(models[norm], x_train, y_train, steps=steps, lr=lr, generator=g)
     change, loss = {}, {}
     with torch.no_grad():
         bn, ln = models["batch"], models["layer"]
@@ -357,4 +381,228 @@ def shift_table(seeds, **options) -> dict:
     return {
         part: {name: np.array([r[part][name] for r in results]) for name in results[0][part]}
         for part in ("change", "loss")
+    }
+
+
+# --------------------------------------------------------------------------- at initialization
+
+
+@dataclass(frozen=True)
+class FailureStep:
+    """One backward pass and one gradient-descent step of a deep sigmoid MLP (float32).
+
+    grad_first, grad_last: norms of the gradients of the first and last hidden layers' weights;
+    rel_step: the largest |lr * grad / weight| over the first layer's weights;
+    changed: the fraction of the first layer's weights that the step changed at all.
+    """
+
+    grad_first: float
+    grad_last: float
+    rel_step: float
+    changed: float
+
+
+def one_step_failure(
+    seed: int,
+    depth: int = 30,
+    width: int = 64,
+    in_features: int = 16,
+    batch: int = 128,
+    lr: float = 0.1,
+) -> FailureStep:
+    """The chapter's opening experiment, for one seed.
+
+    A ``DeepMLP(in_features, width, 1, depth, "sigmoid", "xavier")`` in float32, a random batch
+    x (batch, in_features) and targets y (batch, 1), one backward pass of the mse loss, then one
+    step ``p -= lr * p.grad`` on every parameter.
+    """
+    set_seed(seed)
+    net = DeepMLP(in_features, width, 1, depth=depth, activation="sigmoid", init="xavier")
+    x = torch.randn(batch, in_features)  # (N, in_features)
+    y = torch.randn(batch, 1)  # (N, 1)
+    F.mse_loss(net(x), y).backward()
+    first, last = net.layers[0][0].weight, net.layers[-1][0].weight  # (width, width) each
+    before = first.detach().clone()
+    grad_first, grad_last = first.grad.norm().item(), last.grad.norm().item()
+    rel_step = (lr * first.grad / before).abs().max().item()
+    with torch.no_grad():
+        for p in net.parameters():
+            p -= lr * p.grad
+    changed = (first != before).float().mean().item()
+    return FailureStep(grad_first, grad_last, rel_step, changed)
+
+
+def jacobian_check(seed: int, depth: int = 6, width: int = 8) -> tuple[float, float]:
+    """Every layer's Jacobian by hand, diag(phi'(z_l)) W_l, against autograd's (float64).
+
+    ``jacobian`` is ``torch.autograd.functional.jacobian``.
+
+    A tanh ``DeepMLP(4, width, 1, depth)`` with Xavier weights, one example x (1, 4) and a
+    squared-error loss. Returns (the largest |J_l by autograd - J_l by hand| over the layers and
+    entries, the relative error of dL/dh_L J_L ... J_1 against the dL/dh_0 of autograd's backward
+    pass).
+    """
+    set_seed(seed)
+    net = DeepMLP(4, width, 1, depth=depth, activation="tanh", init="xavier").double()
+    x = torch.randn(1, 4, dtype=torch.float64)  # (1, 4)
+    y = torch.randn(1, 1, dtype=torch.float64)  # (1, 1)
+    h0 = net.read_in(x).detach().requires_grad_(True)  # (1, width): a leaf
+    hs = [h0]
+    for layer in net.layers:
+        hs.append(layer(hs[-1]))  # (1, width) each: h_1 .. h_L
+    hs[-1].retain_grad()
+    (0.5 * (net.read_out(hs[-1]) - y).pow(2).sum()).backward()
+    jac_err, g = 0.0, hs[-1].grad[0]  # g: (width,) dL/dh_L
+    by_hand = []
+    for layer, h_prev in zip(net.layers, hs[:-1], strict=True):
+        h_prev = h_prev.detach()[0]  # (width,)
+        linear = layer[0]
+        z = linear(h_prev)  # (width,) pre-activation
+        slope = 1 - torch.tanh(z) ** 2  # (width,) phi'(z)
+        jac = torch.diag(slope) @ linear.weight  # (width, width) by hand
+        auto = jacobian(layer, h_prev)  # (width, width) by autograd
+        jac_err = max(jac_err, (auto - jac).abs().max().item())
+        by_hand.append(jac)
+    for jac in reversed(by_hand):  # dL/dh_L J_L J_{L-1} ... J_1
+        g = g @ jac  # (width,)
+    prod_err = ((g - h0.grad[0]).norm() / h0.grad[0].norm()).item()
+    return jac_err, prod_err
+
+
+@dataclass(frozen=True)
+class LayerStats:
+    """Per-layer statistics of freshly initialized networks: arrays of shape (depth + 1, seeds).
+
+    Row l is h_l (row 0: the read-in's output h_0, what the first hidden layer receives).
+    grad: the norm of dLoss/dh_l over the batch; std: the standard deviation of h_l over the
+    batch and the units; spread: the std of h_l across the examples, averaged over the units;
+    rms: the root mean square of h_l over the batch and the units.
+    """
+
+    grad: np.ndarray
+    std: np.ndarray
+    spread: np.ndarray
+    rms: np.ndarray
+
+    def first_to_last(self, key: str = "grad") -> np.ndarray:
+        """The statistic at h_0 over the statistic at h_L, one per seed: (seeds,)."""
+        values = getattr(self, key)
+        return values[0] / values[-1]
+
+
+def layer_statistics(
+    activation: str,
+    init: str,
+    depth: int,
+    weight_scale: float = 1.0,
+    seeds=range(5),
+    width: int = 64,
+    in_features: int = 16,
+    batch: int = 128,
+    **mlp_options,
+) -> LayerStats:
+    """One backward pass of a fresh ``DeepMLP`` per seed, in float64, watched by a Probe.
+
+    The network is ``DeepMLP(in_features, width, 1, depth, activation, init, weight_scale,
+    **mlp_options)``, the batch x (batch, in_features) and y (batch, 1) standard normal, the loss
+    the mse.
+    """
+    grad, std, spread, rms = [], [], [], []
+    for seed in seeds:
+        set_seed(seed)
+        net = DeepMLP(in_features, width, 1, depth, activation, init, weight_scale, **mlp_options)
+        net = net.double()
+        x = torch.randn(batch, in_features, dtype=torch.float64)  # (N, in_features)
+        y = torch.randn(batch, 1, dtype=torch.float64)  # (N, 1)
+        with Probe([net.read_in, *net.layers]) as probe:
+            F.mse_loss(net(x), y).backward()
+        grad.append(probe.gradient_norms())  # (depth + 1,)
+        std.append(probe.activation_stds())  # (depth + 1,)
+        records = probe.records.values()
+        spread.append([r.output.std(dim=0).mean().item() for r in records])
+        rms.append([r.output.pow(2).mean().sqrt().item() for r in records])
+    return LayerStats(*(np.array(v).T for v in (grad, std, spread, rms)))
+
+
+#: phi'(z) written as a function of phi(z), for the activations whose derivative allows it.
+SLOPE_OF_OUTPUT: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "tanh": lambda h: 1 - h**2,
+    "sigmoid": lambda h: h * (1 - h),
+}
+
+
+def layer_gain(
+    activation: str, std: float, seed: int, depth: int = 30, width: int = 64, **options
+) -> dict:
+    """The gain formula against the measured factor per layer, for one seed (float64).
+
+    The network is the one :func:`layer_statistics` builds with ``init="naive"`` and
+    ``weight_scale=std`` (weights of standard deviation ``std``; the same draws). Returns floats:
+    ``"ratio"`` |dL/dh_0| / |dL/dh_L|; ``"slope_sq"`` E[phi'(z)^2] over every hidden unit and
+    example; ``"predicted"`` sqrt(n v E[phi'^2]) with n v = width * std^2; ``"measured"``
+    ratio^(1 / depth); ``"saturated"`` the fraction of hidden outputs with |h| > 0.9.
+    """
+    set_seed(seed)
+    in_features, batch = options.get("in_features", 16), options.get("batch", 128)
+    net = DeepMLP(in_features, width, 1, depth, activation, "naive", std).double()
+    x = torch.randn(batch, in_features, dtype=torch.float64)  # (N, in_features)
+    y = torch.randn(batch, 1, dtype=torch.float64)  # (N, 1)
+    with Probe([net.read_in, *net.layers]) as probe:
+        F.mse_loss(net(x), y).backward()
+    grads = probe.gradient_norms()  # (depth + 1,)
+    hidden = probe.outputs()[1:]  # phi(z_l) of every hidden layer, flat
+    slope = lookup(SLOPE_OF_OUTPUT, activation, "activation")
+    slope_sq = float(np.mean([np.mean(slope(h) ** 2) for h in hidden]))
+    return {
+        "ratio": grads[0] / grads[-1],
+        "slope_sq": slope_sq,
+        "predicted": float(np.sqrt(width * std**2 * slope_sq)),
+        "measured": (grads[0] / grads[-1]) ** (1 / depth),
+        "saturated": float(np.mean([np.mean(np.abs(h) > 0.9) for h in hidden])),
+    }
+
+
+def gains_over_seeds(activation: str, std: float, seeds=range(5), **options) -> dict:
+    """:func:`layer_gain` on every seed: the same keys, each an array of shape (seeds,)."""
+    runs = [layer_gain(activation, std, seed, **options) for seed in seeds]
+    return {key: np.array([run[key] for run in runs]) for key in runs[0]}
+
+
+# --------------------------------------------------------------------------- internal shift
+
+
+def internal_shift(seed: int, steps: int = 20, lr: float = 1e-3, width: int = 64) -> dict:
+    """How much does what hidden layer 6 receives move while the layers below it train?
+
+    A 10-layer ReLU ``DeepMLP(8, width, 1)`` (He, float32) trains with Adam for ``steps`` steps
+    on one fixed batch x (512, 8), y = sin(sum of x) (512, 1). Returns floats:
+    ``"mean_shift"``, the mean |change of a unit's mean| of h_5 (layer 6's input) on that batch,
+    in units of the typical spread of one unit before training; ``"spread_ratio"``, the typical
+    spread after over before.
+    """
+    set_seed(seed)
+    net = DeepMLP(8, width, 1, depth=10, activation="relu", init="he")
+    x = torch.randn(512, 8)  # (N, 8): the data, never changed
+    y = torch.sin(x.sum(dim=1, keepdim=True))  # (N, 1)
+
+    def input_of_layer_6() -> Tensor:
+        with torch.no_grad():
+            h = net.read_in(x)  # (N, width)
+            for layer in net.layers[:5]:
+                h = layer(h)
+        return h  # (N, width): h_5
+
+    before = input_of_layer_6()
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        F.mse_loss(net(x), y).backward()
+        optimizer.step()
+    after = input_of_layer_6()
+    # the typical spread of one unit over the batch, before training
+    scale = before.std(dim=0).mean()
+    moved = after.mean(dim=0) - before.mean(dim=0)  # (width,)
+    return {
+        "mean_shift": (moved.abs().mean() / scale).item(),
+        "spread_ratio": (after.std(dim=0).mean() / scale).item(),
     }

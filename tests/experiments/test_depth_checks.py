@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from addnorm_lib.experiments import depth_checks
-from addnorm_lib.experiments.depth import DeepMLP, set_seed
+from addnorm_lib.experiments.depth import DeepMLP, Probe, set_seed
 
 
 @pytest.fixture(autouse=True)
@@ -136,3 +136,50 @@ def test_shift_experiment_shows_which_norm_undoes_which_shift():
         assert change["features mixed", way] > 0.1
     assert change["per-feature affine", "BatchNorm, training statistics"] > 0.5
     assert loss["re-estimated, shifted"] < loss["training statistics, shifted"] / 5
+
+
+def test_one_step_failure_leaves_the_first_layer_unchanged():
+    result = depth_checks.one_step_failure(0)
+    assert result.changed == 0.0
+    assert result.grad_first < 1e-12 * result.grad_last
+    assert 0 < result.rel_step < torch.finfo(torch.float32).eps / 2
+
+
+def test_jacobians_by_hand_match_autograd():
+    jac_err, prod_err = depth_checks.jacobian_check(3, depth=4, width=5)
+    assert jac_err < 1e-14 and prod_err < 1e-12
+
+
+def test_layer_statistics_are_the_probes_numbers_per_seed():
+    stats = depth_checks.layer_statistics("tanh", "xavier", 4, seeds=[0, 1], width=8, batch=16)
+    for values in (stats.grad, stats.std, stats.spread, stats.rms):
+        assert values.shape == (5, 2)
+    set_seed(1)
+    net = DeepMLP(16, 8, 1, 4, "tanh", "xavier").double()
+    x = torch.randn(16, 16, dtype=torch.float64)
+    y = torch.randn(16, 1, dtype=torch.float64)
+    with Probe([net.read_in, *net.layers]) as probe:
+        torch.nn.functional.mse_loss(net(x), y).backward()
+    assert stats.grad[:, 1] == pytest.approx(probe.gradient_norms())
+    assert stats.first_to_last()[1] == pytest.approx(stats.grad[0, 1] / stats.grad[-1, 1])
+    rms = [float(r.output.pow(2).mean().sqrt()) for r in probe.records.values()]
+    assert stats.rms[:, 1] == pytest.approx(rms)
+
+
+def test_linear_layers_scale_the_gradient_like_s_to_the_depth():
+    stats = depth_checks.layer_statistics("identity", "naive", 20, 1.2 / 16, seeds=[0], width=256)
+    assert stats.first_to_last()[0] == pytest.approx(1.2**20, rel=0.5)
+
+
+def test_layer_gain_predicts_the_factor_per_layer():
+    gain = depth_checks.layer_gain("tanh", 0.5, 0, depth=10)
+    assert gain["measured"] == pytest.approx(gain["predicted"], rel=0.15)
+    assert gain["ratio"] == pytest.approx(gain["measured"] ** 10)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        depth_checks.layer_gain("relu", 0.5, 0, depth=2)
+
+
+def test_internal_shift_is_zero_without_training_and_positive_with():
+    assert depth_checks.internal_shift(0, steps=0)["mean_shift"] == 0.0
+    moved = depth_checks.internal_shift(0, steps=5, lr=1e-2)
+    assert moved["mean_shift"] > 0.05 and moved["spread_ratio"] > 0
