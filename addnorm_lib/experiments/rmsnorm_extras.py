@@ -1,4 +1,7 @@
-"""How good is pRMSNorm's estimate of the RMS? The measurement behind the RMSNorm chapter's table.
+"""How good is pRMSNorm's estimate of the RMS? The measurement behind the RMSNorm pages' table.
+
+(Also :func:`half_precision_errors`, the RMSNorm chapter's half-precision measurement: how far
+each computation in float16 or bfloat16 lies from float64, at several input scales.)
 
 pRMSNorm (Zhang & Sennrich 2019) divides a row by the RMS of its first ``k = ceil(p * C)``
 features instead of all ``C`` (as :func:`addnorm_lib.reference.norms.partial_rms_norm` does). The
@@ -33,11 +36,16 @@ median absolute value of a normal variable).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
+import torch
+
+from addnorm_lib.reference import norms
 
 __all__ = [
     "MEDIAN_ABS_NORMAL",
+    "half_precision_errors",
     "partial_count",
     "partial_rms_ratio",
     "predicted_median_error",
@@ -166,3 +174,42 @@ def prms_draws(
     out["k"] = k_values.astype(np.float64)
     out["alike_pred"] = np.array([predicted_median_error(ones, int(k)) for k in k_values])
     return out
+
+
+def half_precision_errors(
+    methods: Mapping[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]],
+    rows: torch.Tensor,
+    gain: torch.Tensor,
+    dtype: torch.dtype,
+    rms_values: Sequence[float],
+    eps: float = 1e-6,
+) -> dict[str, np.ndarray]:
+    """How far each RMSNorm computation in a half dtype is from float64, at several input scales.
+
+    For each ``s`` in ``rms_values`` the input is ``(s * rows).to(dtype)`` and the gain
+    ``gain.to(dtype)``, as in a model that runs in ``dtype``; the reference is
+    :func:`addnorm_lib.reference.norms.rms_norm` in float64 *from those rounded inputs* (with
+    ``eps``), so only the computation's error is measured, not the rounding of the input.
+
+    Args:
+        methods: name -> ``f(x, w)``, each taking ``x`` of shape (R, C) and ``w`` of shape (C,),
+            both in ``dtype``, and returning (R, C).
+        rows: float32 tensor (R, C), rows with RMS about 1.
+        gain: float32 tensor (C,).
+        dtype: the half dtype (``torch.float16`` or ``torch.bfloat16``).
+        rms_values: the scales ``s``, shape (S,).
+        eps: the ``eps`` of the float64 reference.
+
+    Returns:
+        name -> float64 array (S,): the normwise relative error ``||y - ref|| / ||ref||``.
+    """
+    errors: dict[str, list[float]] = {name: [] for name in methods}
+    wd = gain.to(dtype)  # (C,) the weight in the model's dtype
+    w64 = wd.double().numpy()
+    for s in rms_values:
+        x = (s * rows).to(dtype)  # (R, C)
+        ref = norms.rms_norm(x.double().numpy(), w64, eps=eps)  # (R, C) float64
+        for name, method in methods.items():
+            y = method(x, wd).double().numpy()  # (R, C)
+            errors[name].append(float(np.linalg.norm(y - ref) / np.linalg.norm(ref)))
+    return {name: np.array(e) for name, e in errors.items()}

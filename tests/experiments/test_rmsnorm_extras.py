@@ -76,3 +76,30 @@ def test_draws_follow_the_sampling_law_and_the_factor_is_common():
     assert np.all(np.abs(out["alike_factor"] - 1) < 0.05)  # alike: no common factor to speak of
     assert np.all(out["own_residual"][:, :2] > out["alike"][:, :2])  # unequal scales: worse
     assert np.all(out["own_raw"][:, 2] == 0) and np.all(out["own_factor"][:, 2] == 1)  # p = 1
+
+
+def test_half_precision_errors_measure_only_the_computation():
+    import torch
+
+    from addnorm_lib.experiments.rmsnorm_extras import half_precision_errors
+    from addnorm_lib.reference.modules import llama_rms_norm
+
+    gen = torch.Generator().manual_seed(0)
+    rows, gain = torch.randn(8, 256, generator=gen), 1 + 0.1 * torch.randn(256, generator=gen)
+
+    def half_math(x, w, eps=1e-6):
+        return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + eps) * w
+
+    methods = {
+        "half": half_math,
+        "llama": llama_rms_norm,
+        "exact": lambda x, w: torch.from_numpy(
+            norms.rms_norm(x.double().numpy(), w.double().numpy(), eps=1e-6)
+        ),
+    }
+    scales = [1e-3, 1.0, 1e3]
+    errors = half_precision_errors(methods, rows, gain, torch.float16, scales)
+    assert set(errors) == set(methods) and all(e.shape == (3,) for e in errors.values())
+    assert np.all(errors["exact"] == 0)  # the reference starts from the same rounded inputs
+    assert np.all(errors["llama"] < 2 * torch.finfo(torch.float16).eps)  # one rounding
+    assert errors["half"][2] > 0.99  # x * x overflows in float16: rows of zeros
