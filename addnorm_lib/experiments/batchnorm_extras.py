@@ -18,14 +18,43 @@ training-mode BatchNorm with respect to its input, the formula the chapter deriv
 against autograd (the library's :func:`addnorm_lib.reference.norms.batch_norm_backward` instead
 follows the chain rule one intermediate at a time).
 
-Everything works in the input's float dtype; the functions are pure and modify nothing.
+The chapter's measurements live here too, so that its cells stay short:
+:func:`pad_sequences` zero-pads sentences into a ``(B, T, C)`` batch, :func:`track_against_torch`
+runs ``torch.nn.BatchNorm1d``, the library's module and its numpy function side by side,
+:func:`autograd_input_grad` is a gradient by autograd, :func:`output_noise` measures how far one
+example's training-mode output lands from its population value, and :func:`stale_run` follows
+the gap between eval and training mode as the running statistics are updated.
+
+Everything works in the input's float dtype; the numpy functions are pure and modify nothing.
 """
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["batch_norm_dx", "group_norm", "instance_norm", "standardize_over"]
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from addnorm_lib.experiments.depth import set_seed
+from addnorm_lib.reference import norms
+from addnorm_lib.reference.modules import BatchNorm1d as ScratchBatchNorm1d
+
+__all__ = [
+    "ConventionCheck",
+    "autograd_input_grad",
+    "batch_norm_dx",
+    "group_norm",
+    "instance_norm",
+    "mode_gap",
+    "output_noise",
+    "pad_sequences",
+    "stale_run",
+    "standardize_over",
+    "track_against_torch",
+]
 
 
 def standardize_over(x: np.ndarray, axes: tuple[int, ...], eps: float = 1e-5) -> np.ndarray:
@@ -115,3 +144,176 @@ def batch_norm_dx(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float =
     mean_ghat = ghat.mean(axis=axes, keepdims=True)  # (1, C, 1, ...)
     mean_ghat_xhat = (ghat * xhat).mean(axis=axes, keepdims=True)  # (1, C, 1, ...)
     return (ghat - mean_ghat - xhat * mean_ghat_xhat) / sigma_eps  # (N, C, ...)
+
+
+def pad_sequences(sequences: list[np.ndarray], length: int) -> tuple[np.ndarray, np.ndarray]:
+    """Zero-pad sentences into one batch.
+
+    Args:
+        sequences: ``B`` float arrays of shape ``(T_b, C)``, each ``T_b <= length``.
+        length: ``T``, the padded length.
+
+    Returns:
+        ``(batch, mask)``: the batch ``(B, T, C)`` (zeros after each sentence) and the bool mask
+        ``(B, T)`` of the real tokens.
+    """
+    c = sequences[0].shape[1]
+    batch = np.zeros((len(sequences), length, c), dtype=sequences[0].dtype)  # (B, T, C)
+    mask = np.zeros((len(sequences), length), dtype=bool)  # (B, T)
+    for i, s in enumerate(sequences):
+        batch[i, : len(s)], mask[i, : len(s)] = s, True
+    return batch, mask
+
+
+def autograd_input_grad(
+    norm: Callable[[torch.Tensor], torch.Tensor], x: np.ndarray, dy: np.ndarray
+) -> np.ndarray:
+    """Gradient of ``sum(norm(x) * dy)`` with respect to ``x``, by torch autograd.
+
+    Args:
+        norm: a torch function of one tensor, returning a tensor of the same shape.
+        x: the input, float64 array.
+        dy: the upstream gradient, shape of ``x``.
+
+    Returns:
+        ``dx``, float64, shape of ``x``.
+    """
+    xt = torch.tensor(x, requires_grad=True)
+    norm(xt).backward(torch.from_numpy(dy))
+    return xt.grad.numpy()
+
+
+@dataclass
+class ConventionCheck:
+    """The largest differences from ``torch.nn.BatchNorm1d`` over a few steps (float64).
+
+    Attributes:
+        worst: name -> max |difference| of the library's module and numpy function from torch's
+            (``output``, ``running_mean``, ``running_var``, ``eval output``).
+        biased_gap: how far a running variance fed the *biased* batch variance ends from torch's.
+        batches_tracked: ``num_batches_tracked`` of torch's module and of the library's.
+    """
+
+    worst: dict[str, float]
+    biased_gap: float
+    batches_tracked: tuple[int, int]
+
+
+def track_against_torch(
+    steps: int, batch: int, channels: int, rng: np.random.Generator
+) -> ConventionCheck:
+    """Run torch's ``BatchNorm1d``, the library's module and ``norms.batch_norm`` side by side.
+
+    ``steps`` training-mode steps on ``(batch, channels)`` inputs with mean 3 and standard
+    deviation 2, then one eval-mode step, in float64, with ``gamma`` and ``beta`` drawn away from
+    1 and 0; after every step the outputs and the running estimates are compared.
+    """
+    builtin = nn.BatchNorm1d(channels, dtype=torch.float64)
+    with torch.no_grad():
+        builtin.weight.copy_(torch.from_numpy(1 + 0.3 * rng.normal(size=channels)))
+        builtin.bias.copy_(torch.from_numpy(0.3 * rng.normal(size=channels)))
+    scratch = ScratchBatchNorm1d(channels, dtype=torch.float64)
+    scratch.load_state_dict(builtin.state_dict())  # the same keys
+    gamma, beta = builtin.weight.detach().numpy().copy(), builtin.bias.detach().numpy().copy()
+    mean_np, var_np = np.zeros(channels), np.ones(channels)  # the numpy function's estimates
+    var_biased = np.ones(channels)  # the same update, fed the biased variance
+    worst = dict.fromkeys(["output", "running_mean", "running_var", "eval output"], 0.0)
+
+    def record(key: str, ours, ref) -> None:
+        gap = np.abs(np.asarray(ours) - np.asarray(ref)).max()
+        worst[key] = max(worst[key], float(gap))
+
+    for _ in range(steps):
+        x = rng.normal(3.0, 2.0, size=(batch, channels))  # (N, C)
+        y_ref, y_our = builtin(torch.from_numpy(x)), scratch(torch.from_numpy(x))
+        y_np, mean_np, var_np = norms.batch_norm(x, gamma, beta, mean_np, var_np, True)
+        var_biased = 0.9 * var_biased + 0.1 * x.var(axis=0)  # ddof=0: biased
+        for ours in (y_our.detach().numpy(), y_np):
+            record("output", ours, y_ref.detach().numpy())
+        for ours in (scratch.running_mean.numpy(), mean_np):
+            record("running_mean", ours, builtin.running_mean.numpy())
+        for ours in (scratch.running_var.numpy(), var_np):
+            record("running_var", ours, builtin.running_var.numpy())
+    builtin.eval()
+    scratch.eval()
+    x = rng.normal(3.0, 2.0, size=(batch, channels))  # (N, C)
+    y_ref = builtin(torch.from_numpy(x)).detach().numpy()
+    record("eval output", scratch(torch.from_numpy(x)).detach().numpy(), y_ref)
+    record("eval output", norms.batch_norm(x, gamma, beta, mean_np, var_np, False)[0], y_ref)
+    return ConventionCheck(
+        worst,
+        float(np.abs(var_biased - builtin.running_var.numpy()).max()),
+        (int(builtin.num_batches_tracked), int(scratch.num_batches_tracked)),
+    )
+
+
+def output_noise(
+    sizes: list[int], repeats: int, channels: int, rng: np.random.Generator
+) -> np.ndarray:
+    """RMS distance of one fixed example's training-mode BatchNorm output from its population
+    output ``(x - 3) / 2``, when it is normalized in ``repeats`` random batches of each size.
+
+    The batches are drawn from a normal distribution with mean 3 and standard deviation 2 per
+    feature (``channels`` features); ``gamma = 1``, ``beta = 0``.
+
+    Returns:
+        float64 ``(len(sizes),)``, one RMS error per batch size.
+    """
+    x_fixed = rng.normal(3.0, 2.0, size=(1, channels))  # (1, C): the example we follow
+    target = (x_fixed[0] - 3.0) / 2.0  # (C,): its output with the population statistics
+    rms = []
+    for size in sizes:
+        errors = []
+        for _ in range(repeats):
+            others = rng.normal(3.0, 2.0, size=(size - 1, channels))  # (N - 1, C)
+            batch = np.concatenate([x_fixed, others])  # (N, C): our example is row 0
+            errors.append(standardize_over(batch, (0,))[0] - target)  # (C,)
+        rms.append(float(np.sqrt(np.mean(np.square(errors)))))
+    return np.array(rms)
+
+
+def mode_gap(module: nn.BatchNorm1d, x: torch.Tensor) -> float:
+    """Mean |eval-mode output - training-mode output| of ``module`` on ``x`` ``(N, C)``, without
+    touching its running statistics; the module is left in training mode."""
+    with torch.no_grad():
+        y_eval = module.eval()(x)  # (N, C)
+        y_train = F.batch_norm(  # batch statistics, nothing updated
+            x, None, None, module.weight, module.bias, training=True, eps=module.eps
+        )
+    module.train()
+    return float((y_eval - y_train).abs().mean())
+
+
+def stale_run(seed: int, updates: int, refit: int, channels: int = 16) -> dict:
+    """Follow a fresh ``BatchNorm1d`` through ``updates`` training-mode updates on inputs with
+    mean 3 and standard deviation 2, a shift of the inputs to mean 4 and standard deviation 1,
+    and a re-collection of its statistics (``refit`` forward passes, ``momentum=None``).
+
+    Batches are ``(256, channels)``, float32. Returns a dict: ``gaps`` (``(updates + 1,)``,
+    :func:`mode_gap` after 0, 1, ..., ``updates`` updates), ``shift_gap`` (after the shift),
+    ``shift_mean`` and ``shift_std`` (of the eval-mode output on shifted inputs, the standard
+    deviation averaged over features) and ``refit_gap`` (after the re-collection).
+    """
+    set_seed(seed)
+    bn = nn.BatchNorm1d(channels)
+    gaps = []
+    for _ in range(updates + 1):
+        gaps.append(mode_gap(bn, 3 + 2 * torch.randn(256, channels)))
+        with torch.no_grad():
+            bn(3 + 2 * torch.randn(256, channels))  # one training-mode update
+    shift_gap = mode_gap(bn, 4 + torch.randn(256, channels))
+    with torch.no_grad():
+        y_shift = bn.eval()(4 + torch.randn(256, channels))  # (N, C)
+    bn.train()
+    with torch.no_grad():
+        bn.reset_running_stats()  # running_mean 0, running_var 1, num_batches_tracked 0
+        bn.momentum = None  # a cumulative average over the re-collection batches
+        for _ in range(refit):
+            bn(4 + torch.randn(256, channels))
+    return {
+        "gaps": np.array(gaps),
+        "shift_gap": shift_gap,
+        "shift_mean": float(y_shift.mean()),
+        "shift_std": float(y_shift.std(dim=0).mean()),
+        "refit_gap": mode_gap(bn, 4 + torch.randn(256, channels)),
+    }

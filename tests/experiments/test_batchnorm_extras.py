@@ -8,14 +8,29 @@ import torch.nn.functional as F
 from torch import nn
 
 from addnorm_lib.experiments.batchnorm_extras import (
+    autograd_input_grad,
     batch_norm_dx,
     group_norm,
     instance_norm,
+    mode_gap,
+    output_noise,
+    pad_sequences,
+    stale_run,
     standardize_over,
+    track_against_torch,
 )
 from addnorm_lib.reference import norms
 
 N, C, L = 4, 6, 5
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small tensors: one thread is fast, many threads on a busy machine are very slow."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture
@@ -87,3 +102,40 @@ def test_batch_norm_dx_couples_the_batch():
     change = np.abs(batch_norm_dx(bumped, x, gamma) - batch_norm_dx(dy, x, gamma))  # (8, C)
     assert (change[1:] > 0).all()  # every other example's gradient moves
     assert np.abs(batch_norm_dx(dy, x, gamma).sum(axis=0)).max() < 1e-12  # columns sum to 0
+
+
+def test_pad_sequences_and_mask():
+    rng = np.random.default_rng(3)
+    seqs = [rng.normal(size=(n, 3)) for n in (4, 2)]
+    batch, mask = pad_sequences(seqs, 5)
+    assert batch.shape == (2, 5, 3) and mask.tolist() == [[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]]
+    np.testing.assert_array_equal(batch[mask], np.concatenate(seqs))
+    assert (batch[~mask] == 0).all()
+
+
+def test_track_against_torch_agrees_and_catches_the_biased_variance():
+    check = track_against_torch(4, 8, 5, np.random.default_rng(0))
+    assert max(check.worst.values()) < 1e-12
+    assert check.biased_gap > 1e-3 and check.batches_tracked == (4, 4)
+
+
+def test_autograd_input_grad_of_a_linear_map():
+    x, dy = np.ones((2, 3)), np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(autograd_input_grad(lambda t: 2 * t, x, dy), 2 * dy)
+
+
+def test_output_noise_falls_with_the_batch_size():
+    noise = output_noise([2, 8, 64], repeats=100, channels=4, rng=np.random.default_rng(0))
+    assert noise.shape == (3,) and noise[0] > noise[1] > noise[2] > 0
+
+
+def test_stale_run_gap_closes_opens_and_closes_again():
+    run = stale_run(0, updates=40, refit=10)
+    assert run["gaps"].shape == (41,) and run["gaps"][0] > 1 > 0.2 > run["gaps"][-1]
+    assert run["shift_gap"] > 3 * run["gaps"][-1] and run["refit_gap"] < 2 * run["gaps"][-1]
+
+
+def test_mode_gap_leaves_the_module_in_training_mode():
+    bn = nn.BatchNorm1d(4)
+    assert mode_gap(bn, torch.randn(32, 4)) > 0 and bn.training
+    assert int(bn.num_batches_tracked) == 0
