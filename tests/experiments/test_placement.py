@@ -40,7 +40,9 @@ from addnorm_lib.reference.placement import PostLNBlock, PreLNBlock, PreLNStack
 from tests.conftest import ROOT
 
 CACHE = ROOT / "book" / "data" / "warmup_sweep.json"
-PREFIX_STEPS = 100
+# The first steps only: float32 rounding differences between machines grow in the runs that stall
+# at a large learning rate (Post-LN without warm-up at 3e-3 drifts apart after about 70 steps).
+PREFIX_STEPS = 60
 
 
 @pytest.fixture(scope="module")
