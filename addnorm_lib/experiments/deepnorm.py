@@ -30,7 +30,8 @@ with::
         --out book/data/deepnorm_runs.json --jobs 2
 
 ``tests/experiments/test_deepnorm.py`` re-runs the first steps of a few runs and compares them with
-the file.
+the file. :mod:`addnorm_lib.experiments.deepnorm_grid` re-checks the chapter's training
+conclusions on more seeds, learning rates and budgets.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ __all__ = [
     "SequenceModel",
     "SwappedLayer",
     "TrainingRun",
+    "cached_array",
+    "lower_half_gradient",
     "make_variant",
     "relative_output_change",
     "reverse_task",
@@ -408,6 +411,31 @@ def train_sequence_model(
         np.array(ratios).reshape(-1, 2 * num_layers),
         np.array(grads).reshape(-1, num_layers + 1),
     )
+
+
+def cached_array(cache: dict, variant: str, key: str) -> np.ndarray:
+    """One recorded quantity of a variant's runs in a runs file, stacked over its seeds.
+
+    ``cache`` is the dict that :func:`main` writes (``book/data/deepnorm_runs.json``); ``key`` one
+    of :func:`run_variant`'s keys. Returns float64 ``(seeds, ...)`` in the order of
+    ``cache["seeds"]`` (None, a diverged value, as NaN).
+    """
+    by_seed = {r["seed"]: r[key] for r in cache["runs"] if r["variant"] == variant}
+    rows = [by_seed[s] for s in cache["seeds"]]
+    flat = [[np.nan if v is None else v for v in np.ravel(row)] for row in rows]
+    return np.array(flat, dtype=float).reshape(len(rows), *np.shape(rows[0]))
+
+
+def lower_half_gradient(stream_grad: np.ndarray) -> np.ndarray:
+    """The gradient reaching the lower half of the stack, relative to the top.
+
+    ``stream_grad``: ``(..., L + 1)``, ``||dLoss / dx_l||`` for l = 0 .. L (as recorded by
+    :func:`stack_diagnostics`). Returns ``(...)``: the geometric mean over l = 1 .. L/2 of
+    ``||dLoss / dx_l|| / ||dLoss / dx_L||``.
+    """
+    relative = stream_grad / stream_grad[..., -1:]  # (..., L + 1)
+    half = (stream_grad.shape[-1] - 1) // 2
+    return np.exp(np.log(relative[..., 1 : half + 1]).mean(-1))
 
 
 def _rounded(values: np.ndarray, digits: int = 6) -> list:
