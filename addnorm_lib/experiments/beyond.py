@@ -18,6 +18,8 @@ Each piece is small and swaps into the course's Transformer layers
   the same projection and embedding weights.
 - :func:`stream_rms` measures the residual stream after every block; :func:`layer_gradient_norms`
   the gradient of each block's parameters at initialization.
+- :func:`logit_scale_stats`, :func:`init_stream_rms` and :func:`init_block_gradients` are the
+  chapter's measurements at initialization, one seed each.
 - :func:`train_beyond_model` trains on :func:`~addnorm_lib.experiments.deepnorm.reverse_task`
   with Adam at a constant learning rate and records the loss and the largest attention logit.
 
@@ -26,6 +28,7 @@ Everything is seeded and runs on the CPU in float32.
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,7 +39,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from addnorm_lib import lookup
-from addnorm_lib.experiments.deepnorm import held_out_score, reverse_task_loss
+from addnorm_lib.experiments.deepnorm import held_out_score, reverse_task, reverse_task_loss
+from addnorm_lib.experiments.depth import set_seed
 from addnorm_lib.reference.placement import PreLNBlock
 from addnorm_lib.transformer.architectures import OutputNormBlock, SandwichBlock
 from addnorm_lib.transformer.sublayers import FeedForward, xavier_init_
@@ -48,9 +52,13 @@ __all__ = [
     "BeyondRun",
     "DyT",
     "HiddenNormFeedForward",
+    "LogitScaleStats",
     "NormFormerBlock",
     "attention_entropy",
+    "init_block_gradients",
+    "init_stream_rms",
     "layer_gradient_norms",
+    "logit_scale_stats",
     "normformer_extra_parameters",
     "qk_logit_bound",
     "scale_branch_weights_",
@@ -406,3 +414,88 @@ def train_beyond_model(
         losses[step], max_logit[step] = loss.item(), model.max_attention_logit()
     final, accuracy = held_out_score(model, data)
     return BeyondRun(losses, max_logit, final, accuracy)
+
+
+@dataclass
+class LogitScaleStats:
+    """What :func:`logit_scale_stats` measures, one entry per factor ``s``.
+
+    Attributes:
+        largest: the largest absolute attention logit, float64 ``(S,)``.
+        entropy: the mean entropy of an attention row in nats, float64 ``(S,)``.
+        bound: :func:`qk_logit_bound` of the unscaled module (``inf`` without QK-norm).
+    """
+
+    largest: np.ndarray
+    entropy: np.ndarray
+    bound: float
+
+
+def logit_scale_stats(
+    qk_norm: str | None,
+    seed: int,
+    scales: Sequence[float],
+    d_model: int = 64,
+    num_heads: int = 4,
+    seq_len: int = 16,
+    batch_size: int = 8,
+) -> LogitScaleStats:
+    """Grow ``W_q`` and ``W_k`` of one :class:`Attention` by each factor in ``scales`` and measure
+    its logits on ``batch_size`` sequences of ``seq_len`` layer-normalized random tokens
+    ``(B, T, C)`` (what a Pre-LN attention reads). ``seed`` seeds the weights, then the input.
+    """
+    set_seed(seed)
+    attention = Attention(d_model, num_heads, qk_norm=qk_norm)
+    x = F.layer_norm(torch.randn(batch_size, seq_len, d_model), (d_model,))  # (B, T, C)
+    largest, entropy = [], []
+    with torch.no_grad():
+        for s in scales:
+            logits = scale_qk_(copy.deepcopy(attention), float(s)).logits(x)  # (B, H, T, T)
+            largest.append(logits.abs().max().item())
+            entropy.append(attention_entropy(logits).mean().item())
+    return LogitScaleStats(np.array(largest), np.array(entropy), qk_logit_bound(attention))
+
+
+def _init_model_and_batch(
+    variant: str, seed: int, num_layers: int, d_model: int, vocab_size: int, seq_len: int
+) -> tuple[BeyondModel, Tensor, Tensor]:
+    """A :class:`BeyondModel` (4 heads, FFN width ``4 * d_model``) seeded with ``seed``, and 32
+    sequences of the reversal task drawn from a generator seeded with ``seed``."""
+    set_seed(seed)
+    model = BeyondModel(variant, vocab_size, seq_len, num_layers, d_model, 4, 4 * d_model)
+    tokens, targets = reverse_task(32, seq_len, vocab_size, torch.Generator().manual_seed(seed))
+    return model, tokens, targets  # int64 (32, T) each
+
+
+def init_stream_rms(
+    variant: str,
+    seed: int,
+    factor: float = 1.0,
+    num_layers: int = 12,
+    d_model: int = 64,
+    vocab_size: int = 12,
+    seq_len: int = 8,
+) -> np.ndarray:
+    """:func:`stream_rms` at initialization, with each sublayer's output projection multiplied by
+    ``factor`` (:func:`scale_branch_weights_`): float64 ``(num_layers + 1,)``."""
+    model, tokens, _ = _init_model_and_batch(
+        variant, seed, num_layers, d_model, vocab_size, seq_len
+    )
+    for block in model.blocks:
+        scale_branch_weights_(block, factor)
+    return stream_rms(model, tokens)
+
+
+def init_block_gradients(
+    variant: str,
+    seed: int,
+    num_layers: int = 12,
+    d_model: int = 64,
+    vocab_size: int = 12,
+    seq_len: int = 8,
+) -> np.ndarray:
+    """:func:`layer_gradient_norms` at initialization, one batch: float64 ``(num_layers,)``."""
+    model, tokens, targets = _init_model_and_batch(
+        variant, seed, num_layers, d_model, vocab_size, seq_len
+    )
+    return layer_gradient_norms(model, tokens, targets)
