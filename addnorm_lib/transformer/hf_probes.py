@@ -33,12 +33,16 @@ import torch
 import transformers
 from torch import Tensor, nn
 
-from addnorm_lib.transformer.model_zoo import Recorder
+from addnorm_lib.transformer.model_zoo import Recorder, sample_input
 
 __all__ = [
     "COMPARED",
     "LLAMA_LIKE",
     "ROWS",
+    "SOURCED_ROWS",
+    "TABLE_HEAD",
+    "TABLE_ORDER",
+    "ZOO_ANATOMY",
     "Anatomy",
     "BlockPlacement",
     "Expected",
@@ -46,6 +50,8 @@ __all__ = [
     "NormProperties",
     "ProbeError",
     "Row",
+    "SourcedRow",
+    "StreamSummary",
     "StreamTrace",
     "Tap",
     "block_norms",
@@ -58,16 +64,22 @@ __all__ = [
     "has_final_norm",
     "measure_eps",
     "n_compared",
+    "norm_words",
     "probe_block",
     "probe_model",
     "probe_norm",
     "probe_row",
+    "probe_zoo_block",
     "qk_normalized",
     "read_eps",
+    "release_words",
     "sample_ids",
     "submodule",
+    "summarize_stream",
+    "table_rows",
     "token_rms",
     "trace_stream",
+    "where_words",
 ]
 
 WIDTH, HEADS, FFN, LAYERS, VOCAB = 32, 4, 64, 2, 64  # the tiny configs of every row
@@ -776,10 +788,14 @@ class Expected:
     """A row's description, as data: what the probes must find.
 
     ``None`` means the description does not say (the probe's finding is shown, not compared).
-    ``eps`` is the ``transformers`` config class's default, which is not always the value of a
-    released checkpoint. ``source`` says where the description comes from; ``sourced`` is False
-    for a row whose description was read only in the ``transformers`` code itself (a guard
-    against a change of that code, not an independent check).
+    ``eps`` is the ``transformers`` config class's default (what a model built from the class
+    alone gets, and what the probe measures), which is not always the value of a released
+    checkpoint. ``release_eps`` is the value that a released checkpoint's configuration or the
+    official code uses, where a source confirms one (None otherwise); ``release_eps_source`` says
+    where it comes from, or why no value is given. ``source`` says where the rest of the
+    description comes from; ``sourced`` is False for a row whose description was read only in the
+    ``transformers`` code itself (a guard against a change of that code, not an independent
+    check).
     """
 
     block: str
@@ -794,6 +810,8 @@ class Expected:
     n_attention_norms: int | None = None
     source: str = ""
     sourced: bool = True
+    release_eps: float | None = None
+    release_eps_source: str = ""
 
 
 #: The fields of :class:`Expected` that :func:`disagreements` compares with the findings.
@@ -882,6 +900,49 @@ def trace_stream(model: nn.Module, anatomy: Anatomy, inputs) -> StreamTrace:
 def token_rms(rows: Tensor) -> Tensor:
     """The root mean square of each row: ``(N, C) -> (N,)``, float64."""
     return rows.double().pow(2).mean(-1).sqrt()
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    """What one :class:`StreamTrace` shows about the residual stream (floats over every token).
+
+    ``read_rms_lo`` / ``read_rms_hi``: the smallest and largest per-token RMS of what the
+    attentions read. ``stream_rms_hi``: the largest per-token RMS of the stream after the last
+    block. ``output_rms_dev``: the largest ``|RMS - 1|`` of a token of the stack's output.
+    ``first_read_mean``: the largest ``|mean|`` of a token that the first attention reads.
+    ``first_reads_raw`` / ``all_read_raw``: the first attention (every attention) reads its
+    block's input unchanged. ``block_out_dev``: the largest ``|mean| + |variance - 1|`` of a
+    token leaving a block (0 when every block ends with a LayerNorm of weight 1 and bias 0).
+    """
+
+    read_rms_lo: float
+    read_rms_hi: float
+    stream_rms_hi: float
+    output_rms_dev: float
+    first_read_mean: float
+    first_reads_raw: bool
+    all_read_raw: bool
+    block_out_dev: float
+
+
+def summarize_stream(trace: StreamTrace) -> StreamSummary:
+    """The :class:`StreamSummary` of one forward pass."""
+    reads = torch.cat([token_rms(h) for h in trace.attn_in])  # (blocks * N,)
+    pairs = zip(trace.attn_in, trace.block_in, strict=True)
+    out_dev = max(
+        float(h.mean(-1).abs().max() + (h.var(-1, unbiased=False) - 1).abs().max())
+        for h in trace.block_out  # (N, C) each
+    )
+    return StreamSummary(
+        read_rms_lo=float(reads.min()),
+        read_rms_hi=float(reads.max()),
+        stream_rms_hi=float(token_rms(trace.block_out[-1]).max()),
+        output_rms_dev=float((token_rms(trace.output) - 1).abs().max()),
+        first_read_mean=float(trace.attn_in[0].mean(-1).abs().max()),
+        first_reads_raw=torch.equal(trace.attn_in[0], trace.block_in[0]),
+        all_read_raw=all(torch.equal(a, b) for a, b in pairs),
+        block_out_dev=out_dev,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -1052,7 +1113,15 @@ ROWS: list[Row] = [
         "GPT-2",
         build_gpt2,
         _decoder_only("transformer", "transformer.h", "attn", "mlp"),
-        Expected("pre", "LayerNorm", True, eps=1e-5, source="GPT-2 report 2.3; openai/gpt-2 code"),
+        Expected(
+            "pre",
+            "LayerNorm",
+            True,
+            eps=1e-5,
+            source="GPT-2 report 2.3; openai/gpt-2 code",
+            release_eps=1e-5,
+            release_eps_source="openai/gpt-2 code",
+        ),
     ),
     Row(
         "BERT",
@@ -1071,6 +1140,8 @@ ROWS: list[Row] = [
             embedding_norm=True,
             eps=1e-12,
             source="google-research/bert modeling.py; transformers BERT",
+            release_eps=1e-12,
+            release_eps_source="google-research/bert code",
         ),
     ),
     Row(
@@ -1099,19 +1170,28 @@ ROWS: list[Row] = [
             eps=1e-6,
             half="scale after cast",
             source="LLaMA paper 2.2; meta-llama/llama model.py; transformers LLaMA",
+            release_eps=1e-5,
+            release_eps_source="Llama 2 and 3 releases; Llama 1: not confirmed",
         ),
     ),
     Row(
         "Mistral",
         build_mistral,
         LLAMA_LIKE,
-        Expected("pre", "RMSNorm", True, eps=1e-6, source="mistral-inference; transformers"),
+        Expected(
+            "pre",
+            "RMSNorm",
+            True,
+            eps=1e-6,
+            source="mistral-inference; transformers",
+            release_eps_source="Mistral 7B release: not confirmed",
+        ),
     ),
     Row(
         "Qwen2",
         build_qwen2,
         LLAMA_LIKE,
-        Expected("pre", "RMSNorm", True, eps=1e-6, source="transformers Qwen2"),
+        Expected("pre", "RMSNorm", True, eps=1e-6, source=_HF_CODE, sourced=False),
     ),
     Row(
         "Qwen3",
@@ -1131,6 +1211,8 @@ ROWS: list[Row] = [
             eps=1e-6,
             half="scale in float32",
             source="Gemma 2 report; google/gemma_pytorch; transformers Gemma 2",
+            release_eps=1e-6,
+            release_eps_source="google/gemma_pytorch code",
         ),
     ),
     Row(
@@ -1146,6 +1228,8 @@ ROWS: list[Row] = [
             eps=1e-6,
             half="scale in float32",
             source="Gemma 3 report 2; google/gemma_pytorch; transformers Gemma 3",
+            release_eps=1e-6,
+            release_eps_source="google/gemma_pytorch code",
         ),
     ),
     Row(
@@ -1160,6 +1244,8 @@ ROWS: list[Row] = [
             bias=False,
             eps=1e-5,
             source="OLMo 2 report 3.3.2; allenai/OLMo config; transformers OLMo 2",
+            release_eps=1e-6,
+            release_eps_source="OLMo 2 7B and 13B releases",
         ),
     ),
     Row(
@@ -1172,6 +1258,7 @@ ROWS: list[Row] = [
             True,
             eps=1e-5,
             source="EleutherAI/gpt-neox 20B config; transformers GPT-NeoX",
+            release_eps_source="GPT-NeoX-20B: not set in its config file",
         ),
     ),
     Row("OPT", build_opt, _OPT, Expected("pre", "LayerNorm", True, source=_HF_CODE, sourced=False)),
@@ -1192,7 +1279,13 @@ ROWS: list[Row] = [
             "mlp.dense_4h_to_h",
         ),
         Expected(
-            "pre", "LayerNorm", True, embedding_norm=True, eps=1e-5, source="transformers BLOOM"
+            "pre",
+            "LayerNorm",
+            True,
+            embedding_norm=True,
+            eps=1e-5,
+            source=_HF_CODE,
+            sourced=False,
         ),
     ),
     Row(
@@ -1207,9 +1300,148 @@ ROWS: list[Row] = [
             eps=1e-6,
             n_attention_norms=2,
             source="deepseek-ai/DeepSeek-V3 model.py; transformers DeepSeek-V3",
+            release_eps=1e-6,
+            release_eps_source="deepseek-ai/DeepSeek-V3 code",
         ),
     ),
 ]
+
+
+@dataclass(frozen=True)
+class SourcedRow:
+    """A row of the chapter's table that no probe checks: the model has no ``transformers``
+    class, so its description (``norm``, ``where``, ``eps``, as words) comes from its paper or
+    its official code alone (``source``)."""
+
+    model: str
+    norm: str
+    where: str
+    eps: str
+    source: str
+
+
+#: The table's rows without a class to probe.
+SOURCED_ROWS: list[SourcedRow] = [
+    SourcedRow(
+        "GPT-1",
+        "LayerNorm",
+        "post-norm, no final norm",
+        "1e-05 (official code)",
+        "official code (openai/finetune-transformer-lm)",
+    ),
+    SourcedRow(
+        "GPT-3",
+        "LayerNorm",
+        "pre-norm, final norm (GPT-2's)",
+        "not published",
+        "paper, Sec. 2.1 (no code or configuration released)",
+    ),
+]
+
+
+#: Where the parts of a course stack (``model_zoo.build_*``) are.
+ZOO_ANATOMY = Anatomy((("", "layers"),), "self_attn", "self_attn", "ffn", "ffn")
+
+
+def probe_zoo_block(build: Callable[..., nn.Module], seed: int = 0, layers: int = 4):
+    """Probe the first block of a course stack, for a model without a ``transformers`` class.
+
+    ``build(WIDTH, HEADS, 2 * WIDTH, num_layers=layers)`` runs after ``torch.manual_seed(seed)``
+    and the stack reads ``model_zoo.sample_input`` of the same seed, ``(4, 6, WIDTH)`` float32.
+    Returns the :class:`BlockPlacement` (its ``residual_weight`` is DeepNorm's alpha).
+    """
+    torch.manual_seed(seed)
+    model = build(WIDTH, HEADS, 2 * WIDTH, num_layers=layers)
+    x = sample_input(d_model=WIDTH, seed=seed)  # (B, T, C)
+    return probe_block(model, ZOO_ANATOMY, x)
+
+
+# --------------------------------------------------------------------------------------------
+# The chapter's table: findings as words
+# --------------------------------------------------------------------------------------------
+
+#: The table's columns.
+TABLE_HEAD = ("model", "norm", "where", "eps (class)", "eps (release or code)", "checked by")
+#: The table's rows, roughly in order of publication (probed rows, course stacks, sourced rows).
+TABLE_ORDER = (
+    "Transformer (2017)",
+    "GPT-1",
+    "BERT",
+    "GPT-2",
+    "GPT-3",
+    "T5",
+    "GPT-NeoX",
+    "PaLM",
+    "OPT",
+    "OPT (350m setting)",
+    "BLOOM",
+    "GLM-130B",
+    "LLaMA",
+    "Mistral",
+    "Qwen2",
+    "Qwen3",
+    "Gemma 2",
+    "Gemma 3",
+    "OLMo 2",
+    "DeepSeek-V3",
+)
+_BLOCK_WORDS = {"pre": "pre-norm", "post": "post-norm", "output": "output norms"}
+_SHOWN_NAMES = {"LLaMA": "LLaMA 1/2/3"}  # the LLaMA class stands for the three generations
+
+
+def where_words(f: Findings) -> str:
+    """A class's placement findings as a short phrase: ``"pre-norm, final norm"``."""
+    words = [_BLOCK_WORDS.get(f.block, f.block)]
+    words += ["embedding norm"] * f.embedding_norm
+    words += ["final norm" if f.final_norm else "no final norm"]
+    if f.qk_norm != "none":
+        words.append(f"QK-norm ({f.qk_norm})")
+    elif f.attention_norms:
+        words.append("norms inside the attention (not QK-norm)")
+    return ", ".join(words)
+
+
+def norm_words(f: Findings) -> str:
+    """The norm a class uses: ``"RMSNorm"``, ``"RMSNorm, 1 + w"``, ``"LayerNorm, no bias"``."""
+    no_bias = f.norm == "LayerNorm" and not f.bias
+    return (
+        f.norm + (", no bias" if no_bias else "") + (", 1 + w" if f.scale == "1 + weight" else "")
+    )
+
+
+def release_words(e: Expected) -> str:
+    """The released or official ``eps`` with its source, the reason there is none, or a dash."""
+    if e.release_eps is None:
+        return e.release_eps_source or "–"
+    return f"{e.release_eps:.0e} ({e.release_eps_source})"
+
+
+def table_rows(
+    probed: Mapping[str, tuple[str, Findings]], stacks: Mapping[str, BlockPlacement]
+) -> dict[str, list[str]]:
+    """The cells of the chapter's table (:data:`TABLE_HEAD`), one list of strings per model.
+
+    ``probed``: model -> (class name, :class:`Findings`) for every row of :data:`ROWS`;
+    ``stacks``: model -> the :class:`BlockPlacement` of its course stack (the 2017 Transformer,
+    GLM-130B, PaLM); :data:`SOURCED_ROWS` are added as they are. A row whose description was read
+    only in the ``transformers`` code is marked with a dagger.
+    """
+    rows = {}
+    for row in ROWS:
+        name, f = probed[row.model]
+        shown = _SHOWN_NAMES.get(row.model, row.model) + ("" if row.expected.sourced else " †")
+        eps = f"{f.eps:.0e}"
+        rows[row.model] = [shown, norm_words(f), where_words(f), eps]
+        rows[row.model] += [release_words(row.expected), f"probe: `{name}`"]
+    for model, placement in stacks.items():
+        norm = "LayerNorm, no bias" if model == "PaLM" else "LayerNorm"
+        where = _BLOCK_WORDS.get(placement.kind, placement.kind)
+        if placement.residual_weight != 1:
+            where += ", DeepNorm, α = √(2N)"
+        rows[model] = [model, norm, where, "–", "–", "paper; probe of a course stack"]
+    for r in SOURCED_ROWS:
+        rows[r.model] = [r.model, r.norm, r.where, "–", r.eps, r.source]
+    return rows
 
 
 def find_row(model: str) -> Row:

@@ -74,6 +74,8 @@ WRONG = [  # (row, field, a wrong value): each must be reported as a disagreemen
     ("Gemma 3", "half", "scale after cast"),
     ("DeepSeek-V3", "n_attention_norms", 0),
     ("BLOOM", "embedding_norm", False),
+    ("OLMo 2", "eps", 1e-6),  # the released checkpoints' eps, not the class default
+    ("LLaMA", "eps", 1e-5),  # likewise
 ]
 
 
@@ -227,3 +229,71 @@ def test_the_toy_glm130b_residual_weight_is_measured():
     toy = zoo.build_glm130b(num_layers=4)
     placement = hp.probe_block(toy, TOY, zoo.sample_input())
     assert placement.kind == "post" and abs(placement.residual_weight - 8**0.5) < 1e-3
+
+
+def test_release_eps_is_given_only_where_a_source_confirms_it():
+    rows = {row.model: row.expected for row in hp.ROWS}
+    # the class default against a released checkpoint's value: they differ, each way
+    assert (rows["LLaMA"].eps, rows["LLaMA"].release_eps) == (1e-6, 1e-5)
+    assert (rows["OLMo 2"].eps, rows["OLMo 2"].release_eps) == (1e-5, 1e-6)
+    # Mistral 7B's released eps is not confirmed: no value, and the table says so
+    assert rows["Mistral"].release_eps is None
+    assert "not confirmed" in rows["Mistral"].release_eps_source
+    for model, expected in rows.items():
+        if expected.release_eps is not None:
+            assert expected.release_eps_source, model
+
+
+def test_the_sourced_rows_are_the_models_without_a_class():
+    sourced = {row.model for row in hp.SOURCED_ROWS}
+    assert sourced == {"GPT-1", "GPT-3"}
+    assert not sourced & set(ROW_NAMES)
+    assert all(row.source for row in hp.SOURCED_ROWS)
+
+
+@pytest.mark.parametrize(
+    ("build", "kind", "alpha"),
+    [
+        (zoo.build_transformer_2017, "post", 1.0),
+        (zoo.build_glm130b, "post", 8**0.5),
+        (zoo.build_palm, "parallel, one shared norm", 1.0),
+    ],
+)
+def test_probe_zoo_block_places_the_course_stacks(build, kind, alpha):
+    placement = hp.probe_zoo_block(build, seed=1)
+    assert placement.kind == kind and abs(placement.residual_weight - alpha) < 1e-3
+    assert placement == hp.probe_zoo_block(build, seed=2)
+
+
+def stream_summary(build, anatomy) -> hp.StreamSummary:
+    torch.manual_seed(0)
+    model = build(3)
+    x = zoo.sample_input(d_model=hp.WIDTH)  # (B, T, C)
+    return hp.summarize_stream(hp.trace_stream(model, anatomy, {"inputs_embeds": x}))
+
+
+def test_summarize_stream_tells_pre_norm_from_post_norm():
+    pre = stream_summary(hp.build_llama, hp.LLAMA_LIKE)
+    assert abs(pre.read_rms_lo - 1) < 1e-3 and abs(pre.read_rms_hi - 1) < 1e-3
+    assert pre.stream_rms_hi > 1.5 and pre.output_rms_dev < 1e-3
+    assert not pre.first_reads_raw and pre.first_read_mean > 0.5
+    post = stream_summary(hp.build_opt_350m, hp.find_row("OPT").anatomy)
+    assert post.first_reads_raw and post.block_out_dev < 1e-3
+    assert post.all_read_raw and not pre.all_read_raw  # post-norm reads each block's input
+
+
+def test_the_table_covers_the_models_other_pages_link_to():
+    probed = {model: hp.probe_row(hp.find_row(model)) for model in ROW_NAMES}
+    stacks = {"Transformer (2017)": zoo.build_transformer_2017, "GLM-130B": zoo.build_glm130b}
+    stacks = {model: hp.probe_zoo_block(build) for model, build in stacks.items()}
+    stacks["PaLM"] = hp.probe_zoo_block(zoo.build_palm)
+    rows = hp.table_rows(probed, stacks)
+    assert sorted(rows) == sorted(hp.TABLE_ORDER)
+    assert all(len(cells) == len(hp.TABLE_HEAD) for cells in rows.values())
+    # eps (class), then eps (release or code)
+    assert rows["OLMo 2"][3:5] == ["1e-05", "1e-06 (OLMo 2 7B and 13B releases)"]
+    assert rows["Mistral"][3:5] == ["1e-06", "Mistral 7B release: not confirmed"]
+    assert rows["GLM-130B"][2] == "post-norm, DeepNorm, α = √(2N)"
+    assert rows["GPT-1"][2] == "post-norm, no final norm"
+    assert rows["Gemma 3"][1:3] == ["RMSNorm, 1 + w", "sandwich, final norm, QK-norm (per head)"]
+    assert rows["BLOOM"][0] == "BLOOM †" and rows["LLaMA"][0] == "LLaMA 1/2/3"
