@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from addnorm_lib.experiments.depth import init_linear, set_seed
+from addnorm_lib.experiments.records import write_record
 
 __all__ = [
     "CONFIG",
@@ -356,11 +357,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     start = time.perf_counter()
     command = f"python -m addnorm_lib.experiments.batchnorm_training lr-grid --out {args.out}"
     record = grid_record(jobs=args.jobs, command=command)
-    head = json.dumps({k: v for k, v in record.items() if k != "runs"}, indent=1)
-    runs = ",\n".join(json.dumps(run) for run in record["runs"])
-    text = head[:-2] + ',\n "runs": [\n' + runs + "\n ]\n}\n"
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text, encoding="utf-8")
+    write_record(args.out, record)
     print(f"{len(record['runs'])} runs in {time.perf_counter() - start:.0f} s -> {args.out}")
 
 

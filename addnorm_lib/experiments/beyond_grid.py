@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from addnorm_lib.experiments.beyond import BeyondModel, DyT, qk_logit_bound, stream_rms
 from addnorm_lib.experiments.deepnorm import reverse_task, reverse_task_loss
 from addnorm_lib.experiments.depth import set_seed
+from addnorm_lib.experiments.records import write_record
 
 __all__ = [
     "GRID_CONFIG",
@@ -325,13 +326,6 @@ def conclusion_tests(grid: dict) -> dict[str, Callable[[float, int], np.ndarray]
     }
 
 
-def _dumps(record: dict) -> str:
-    """JSON with one line per run (the runs are long lists of numbers)."""
-    head = json.dumps({k: v for k, v in record.items() if k != "runs"}, indent=1)
-    runs = ",\n".join(json.dumps(run) for run in record["runs"])
-    return head[:-2] + ',\n "runs": [\n' + runs + "\n ]\n}\n"
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m addnorm_lib.experiments.beyond_grid grid --out FILE [--jobs N]``."""
     parser = argparse.ArgumentParser(prog="python -m addnorm_lib.experiments.beyond_grid")
@@ -350,8 +344,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "torch": torch.__version__,
         "runs": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(_dumps(record), encoding="utf-8")
+    write_record(args.out, record)
     partial.unlink(missing_ok=True)
     print(f"{len(results)} runs in {time.perf_counter() - start:.0f} s -> {args.out}")
 

@@ -37,7 +37,6 @@ conclusions on more seeds, learning rates and budgets.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -51,6 +50,7 @@ from torch import Tensor, nn
 
 from addnorm_lib import lookup
 from addnorm_lib.experiments.depth import set_seed
+from addnorm_lib.experiments.records import write_record
 from addnorm_lib.reference.deepnorm import DeepNormEncoder, DeepNormLayer, deepnorm_constants
 
 __all__ = [
@@ -499,13 +499,6 @@ def chapter_runs(
         return pool.map(_run_pair, pairs, chunksize=1)
 
 
-def _dumps(record: dict) -> str:
-    """JSON with one line per run (the runs are long lists of numbers)."""
-    head = json.dumps({k: v for k, v in record.items() if k != "runs"}, indent=1)
-    runs = ",\n".join(json.dumps(run) for run in record["runs"])
-    return head[:-2] + ',\n "runs": [\n' + runs + "\n ]\n}\n"
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m addnorm_lib.experiments.deepnorm runs --out FILE [--jobs N]``."""
     parser = argparse.ArgumentParser(prog="python -m addnorm_lib.experiments.deepnorm")
@@ -529,8 +522,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "torch": torch.__version__,
         "runs": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(_dumps(record), encoding="utf-8")
+    write_record(args.out, record)
     print(f"{len(results)} runs in {time.perf_counter() - start:.0f} s -> {args.out}")
 
 

@@ -44,6 +44,7 @@ from addnorm_lib.experiments.deepnorm import (
     reverse_task,
     reverse_task_loss,
 )
+from addnorm_lib.experiments.records import write_record
 
 __all__ = [
     "GRIDS",
@@ -370,10 +371,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ),
         "runs": runs,
     }
-    head = json.dumps({k: v for k, v in record.items() if k != "runs"}, indent=1)
-    body = ",\n".join(json.dumps(r) for r in runs)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(head[:-2] + ',\n "runs": [\n' + body + "\n ]\n}\n", encoding="utf-8")
+    write_record(args.out, record)
     log.unlink(missing_ok=True)
     print(f"{len(runs)} runs in {time.perf_counter() - start:.0f} s -> {args.out}")
 

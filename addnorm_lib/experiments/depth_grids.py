@@ -35,6 +35,7 @@ import torch
 from addnorm_lib import lookup
 from addnorm_lib.experiments import depth_checks
 from addnorm_lib.experiments.depth import DeepMLP, set_seed
+from addnorm_lib.experiments.records import write_record
 
 __all__ = ["GRIDS", "Grid", "ics_run", "load_grid", "main", "revival_run", "run_grid", "shift_run"]
 
@@ -155,13 +156,6 @@ def load_grid(path: Path | str) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
-def _dumps(record: dict) -> str:
-    """JSON with one line per run."""
-    head = json.dumps({k: v for k, v in record.items() if k != "runs"}, indent=1)
-    runs = ",\n".join(json.dumps(run) for run in record["runs"])
-    return head[:-2] + ',\n "runs": [\n' + runs + "\n ]\n}\n"
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """``python -m addnorm_lib.experiments.depth_grids NAME-grid --out FILE``."""
     parser = argparse.ArgumentParser(prog="python -m addnorm_lib.experiments.depth_grids")
@@ -170,8 +164,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     start = time.perf_counter()
     record = run_grid(args.grid, args.out)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(_dumps(record), encoding="utf-8")
+    write_record(args.out, record)
     print(f"{len(record['runs'])} runs in {time.perf_counter() - start:.0f} s -> {args.out}")
 
 
