@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The pip cap on this machine (/etc/xdg/pip) keeps torch on the CPU build that lies on disk.
 PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
-.PHONY: help venv system nbgrader-env book test lint lab grade exercises lock clean
+.PHONY: help venv system nbgrader-env book test lint lab grade exercises sizes lock clean
 
 help:
 	@echo "make book       build the HTML book in _build/html, executing every chapter"
@@ -17,6 +17,7 @@ help:
 	@echo "                score a notebook, as the grader will"
 	@echo "make exercises  regenerate exercises/ from solutions/"
 	@echo "make lint       ruff"
+	@echo "make sizes      each page's words of prose and lines of shown code"
 	@echo "make lock       re-pin requirements.txt from requirements.in"
 
 NEED_PYTHON := command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or run 'make PYTHON=python3 ...'" >&2; exit 1; }
@@ -92,6 +93,10 @@ grade: $(STAMP)
 
 exercises: $(STAMP)
 	$(BIN)/python -m addnorm_lib.authoring.release
+
+# A chapter's main page: at most 3,000 words of prose and 250 lines of shown code (a test holds it).
+sizes: $(STAMP)
+	@$(BIN)/python -m addnorm_lib.authoring.page_size book/*.md
 
 lock:
 	rm -rf /tmp/addnorm-lock && $(PYTHON) -m venv /tmp/addnorm-lock

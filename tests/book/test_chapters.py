@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from addnorm_lib.authoring import cells
+from addnorm_lib.authoring import cells, page_size
 from tests.conftest import ROOT
 
 # Pages of the book that are not chapters: the front page, reference pages, the exercise index.
@@ -95,3 +95,26 @@ def test_every_code_cell_of_the_notebooks_is_python_311(notebook):
         except SyntaxError as error:
             broken.append(f"cell {index}, line {error.lineno}: {error.msg}")
     assert not broken, f"{notebook.name}: " + "; ".join(broken)
+
+
+@pytest.mark.parametrize("chapter", chapters())
+def test_a_chapters_main_page_is_one_story_a_reader_finishes(chapter):
+    """At most MAX_PROSE_WORDS words of prose and MAX_SHOWN_CODE_LINES lines of shown code; the
+    rest is on the chapter's deeper page, which the table of contents lists under it and the
+    chapter links to."""
+    size = page_size.page_size(ROOT / f"{chapter}.md")
+    assert size.prose_words <= page_size.MAX_PROSE_WORDS, size
+    assert size.shown_code_lines <= page_size.MAX_SHOWN_CODE_LINES, size
+    deeper = f"{chapter}-deeper"
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    sections = {
+        entry["file"]: [s["file"] for s in entry.get("sections", [])]
+        for part in toc["parts"]
+        for entry in part.get("chapters", [])
+    }
+    assert deeper in sections[chapter], f"_toc.yml lists no {deeper} under {chapter}"
+    text = (ROOT / f"{chapter}.md").read_text(encoding="utf-8")
+    name = deeper.removeprefix("book/")
+    assert f"{{doc}}`{name}`" in text or f"({name})=" in text or f"{{ref}}`{name}" in text, (
+        f"{chapter} never links to its deeper page"
+    )
