@@ -43,6 +43,18 @@ def build(source: Path, *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 
+@pytest.fixture
+def one_thread():
+    """torch on one thread for the test, restored after: small models run faster on one thread
+    than on several competing ones, and the cached grids were computed on one."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory) -> Path:
     """The real book built from scratch in a temporary folder, every chapter executed: its html.

@@ -24,13 +24,7 @@ from addnorm_lib.reference import norms
 N, C, L = 4, 6, 5
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small tensors: one thread is fast, many threads on a busy machine are very slow."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

@@ -17,13 +17,7 @@ CACHE = ROOT / "book" / "data" / "batchnorm_lr_grid.json"
 SMALL = {"depth": 3, "width": 16, "budgets": [30, 60], "n_train": 256, "n_test": 128}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models: one thread is fast, many threads on a busy machine are very slow."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

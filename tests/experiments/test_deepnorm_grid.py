@@ -56,11 +56,27 @@ def test_checkpoint_scores_equal_those_of_shorter_runs():
 
 def test_grid_array_lays_out_lrs_seeds_and_budgets():
     runs = [
-        {"variant": "v", "lr": 1.0, "seed": 0, "budgets": [2, 6], "first_update": 0.5,
-         "held_out_loss": [1.0, None], "held_out_accuracy": [0.1, 0.2], "losses": [1, 2, 3]},
-        {"variant": "v", "lr": 2.0, "seed": 0, "budgets": [2], "first_update": 0.7,
-         "held_out_loss": [3.0], "held_out_accuracy": [0.3], "losses": [4, 5]},
-    ]  # fmt: skip
+        {
+            "variant": "v",
+            "lr": 1.0,
+            "seed": 0,
+            "budgets": [2, 6],
+            "first_update": 0.5,
+            "held_out_loss": [1.0, None],
+            "held_out_accuracy": [0.1, 0.2],
+            "losses": [1, 2, 3],
+        },
+        {
+            "variant": "v",
+            "lr": 2.0,
+            "seed": 0,
+            "budgets": [2],
+            "first_update": 0.7,
+            "held_out_loss": [3.0],
+            "held_out_accuracy": [0.3],
+            "losses": [4, 5],
+        },
+    ]
     grid = {"lrs": [1.0, 2.0], "seeds": [0], "budgets": [2, 6], "runs": runs}
     loss = grid_array(grid, "v", "held_out_loss")
     assert loss.shape == (2, 1, 2)

@@ -5,20 +5,13 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from addnorm_lib.experiments import depth_grids
 
 DATA = Path(__file__).resolve().parents[2] / "book" / "data"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The grids ran on one thread; restored afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def cached_run(name: str, seed: int, steps: int, lr: float) -> dict:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from addnorm_lib.experiments import residual_scaling as rs
 from addnorm_lib.experiments import residuals_grid as rg
@@ -61,7 +60,7 @@ def _cached(name: str, **fields) -> dict:
         ("training-grid", "training", dict(activation="sigmoid", residual=True, lr=3e-3, seed=5)),
     ],
 )
-def test_a_cached_run_reproduces(grid, name, fields):
+def test_a_cached_run_reproduces(grid, name, fields, one_thread):  # one thread, as the grid ran
     # re-run the first budget (300 steps) of one cached run: same losses, same curve
     cached = _cached(name, **fields)
     spec = dataclasses.replace(rg.GRIDS[grid], budgets=(300,))
@@ -70,12 +69,7 @@ def test_a_cached_run_reproduces(grid, name, fields):
         for n in spec.networks
         if all(getattr(n, k) == fields[k] for k in n.__dict__ if k in fields)
     ]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the grid ran
-    try:
-        run = rg.train_one(spec, network, fields["lr"], fields["seed"])
-    finally:
-        torch.set_num_threads(threads)
+    run = rg.train_one(spec, network, fields["lr"], fields["seed"])
     assert run["initial"] == pytest.approx(cached["initial"], rel=1e-5)
     assert run["final"]["300"] == pytest.approx(cached["final"]["300"], rel=1e-4)
     np.testing.assert_allclose(run["curve"], cached["curve"][:30], rtol=1e-4)

@@ -16,12 +16,7 @@ ROW_NAMES = [row.model for row in hp.ROWS]
 TOY = hp.Anatomy((("", "layers"),), "self_attn", "self_attn", "ffn", "ffn")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: one thread is faster than several competing ones
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 _FINDINGS: dict[tuple[str, int], hp.Findings] = {}
