@@ -134,7 +134,15 @@ def train_and_track_dead(
         incoming weights and bias it started with;
         ``"revived_with_start_weights"``: bool, every unit dead at the start had, at the first
         check at which it was alive again, bit-for-bit its starting weights and bias (so what
-        brought it back was a change of its inputs).
+        brought it back was a change of its inputs);
+        ``"died_during"``: int, units alive at some check and dead at the next one (a death
+        during training, when Adam's moments are no longer zero);
+        ``"died_and_revived"``: int, units that died during training and were alive again at a
+        later check;
+        ``"mid_revivals"``, ``"mid_revivals_same_weights"``: ints, the returns to life of units
+        that died during training (a unit can die and return more than once), and how many of
+        those returns found bit-for-bit the incoming weights and bias the unit had at the first
+        check at which it was dead.
     """
     start = [(w.detach().clone(), b.detach().clone()) for w, b in _incoming(net)]
     optimizer = torch.optim.Adam(net.parameters(), lr=lr)
@@ -144,6 +152,14 @@ def train_and_track_dead(
     revived_with_start_weights = True
     max_dead_row_grad = 0.0
 
+    # units that die during training: their weights when first seen dead, one row per unit
+    at_death = [(w.detach().clone(), b.detach().clone()) for w, b in _incoming(net)]
+    previous = dead_start.clone()  # (depth, width): dead at the previous check
+    mid_spell = torch.zeros_like(dead_start)  # (depth, width): dead since a death in training
+    died_during = torch.zeros_like(dead_start)
+    died_and_revived = torch.zeros_like(dead_start)
+    mid = {"revivals": 0, "same": 0}
+
     def note_revivals(dead: Tensor) -> None:
         nonlocal revived_with_start_weights
         back = dead_since_start & ~dead  # (depth, width): alive for the first time since start
@@ -151,6 +167,19 @@ def train_and_track_dead(
             same = torch.equal(w[mask], w0[mask]) and torch.equal(b[mask], b0[mask])
             revived_with_start_weights &= same
         dead_since_start.logical_and_(dead)
+        died, mid_back = ~previous & dead, mid_spell & ~dead  # (depth, width) each
+        for (w, b), (wd, bd), now_dead, now_back in zip(
+            _incoming(net), at_death, died, mid_back, strict=True
+        ):
+            w, b = w.detach(), b.detach()  # (width, width), (width,)
+            rows_same = (w[now_back] == wd[now_back]).all(dim=1) & (b[now_back] == bd[now_back])
+            mid["revivals"] += int(now_back.sum())
+            mid["same"] += int(rows_same.sum())
+            wd[now_dead], bd[now_dead] = w[now_dead], b[now_dead]
+        died_during.logical_or_(died)
+        died_and_revived.logical_or_(mid_back)
+        mid_spell.logical_and_(~mid_back).logical_or_(died)
+        previous.copy_(dead)
 
     for _ in range(steps):
         dead = dead_units(net, x)  # (depth, width), on the weights this step differentiates
@@ -180,6 +209,10 @@ def train_and_track_dead(
         "max_dead_row_grad": max_dead_row_grad,
         "dead_throughout_unchanged": unchanged,
         "revived_with_start_weights": revived_with_start_weights,
+        "died_during": int(died_during.sum()),
+        "died_and_revived": int(died_and_revived.sum()),
+        "mid_revivals": mid["revivals"],
+        "mid_revivals_same_weights": mid["same"],
     }
 
 

@@ -37,7 +37,22 @@ from addnorm_lib.experiments import depth_checks
 from addnorm_lib.experiments.depth import DeepMLP, set_seed
 from addnorm_lib.experiments.records import write_record
 
-__all__ = ["GRIDS", "Grid", "ics_run", "load_grid", "main", "revival_run", "run_grid", "shift_run"]
+__all__ = [
+    "GRIDS",
+    "MID_TRAINING_KEYS",
+    "Grid",
+    "ics_run",
+    "load_grid",
+    "main",
+    "revival_run",
+    "run_grid",
+    "shift_run",
+]
+
+
+#: What :func:`revival_run` reports about units that die during training, not from the large
+#: step (see :func:`~addnorm_lib.experiments.depth_checks.train_and_track_dead`).
+MID_TRAINING_KEYS = ("died_during", "died_and_revived", "mid_revivals", "mid_revivals_same_weights")
 
 
 def revival_run(seed: int, steps: int = 200, lr: float = 1e-3, kill_lr: float = 0.5) -> dict:
@@ -48,7 +63,8 @@ def revival_run(seed: int, steps: int = 200, lr: float = 1e-3, kill_lr: float = 
     ``kill_lr``, then :func:`~addnorm_lib.experiments.depth_checks.train_and_track_dead` with
     Adam at ``lr``. Returns ints ``dead_before`` (before the large step), ``dead_after_step``,
     ``revived``, ``newly_dead``, ``still_dead``, ``dead_end``, the float ``max_dead_row_grad``
-    and the bools ``revived_with_start_weights``, ``dead_throughout_unchanged``.
+    and the bools ``revived_with_start_weights``, ``dead_throughout_unchanged``; and the ints
+    of :data:`MID_TRAINING_KEYS`, about the units that die during the Adam steps.
     """
     set_seed(seed)
     net = DeepMLP(8, 64, 1, depth=8, activation="relu", init="he")
@@ -67,6 +83,7 @@ def revival_run(seed: int, steps: int = 200, lr: float = 1e-3, kill_lr: float = 
         "max_dead_row_grad": result["max_dead_row_grad"],
         "revived_with_start_weights": bool(result["revived_with_start_weights"]),
         "dead_throughout_unchanged": bool(result["dead_throughout_unchanged"]),
+        **{key: result[key] for key in MID_TRAINING_KEYS},
     }
 
 

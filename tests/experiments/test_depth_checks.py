@@ -6,14 +6,7 @@ import torch
 from addnorm_lib.experiments import depth_checks
 from addnorm_lib.experiments.depth import DeepMLP, Probe, set_seed
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small models: one thread is faster than two competing ones (restored afterwards)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def relu_net(depth=3, width=8, in_features=4):
@@ -60,6 +53,31 @@ def test_the_chapters_killed_units_revive_when_training_goes_on():
     assert killed > 50 and result["revived"] > 0
     assert result["max_dead_row_grad"] == 0.0 and result["dead_throughout_unchanged"]
     assert result["revived_with_start_weights"]
+
+
+def test_units_that_die_during_adam_training_come_back_with_moved_weights():
+    # the chapter's setting for one seed; units killed mid-training still have Adam's momentum
+    set_seed(0)
+    net = DeepMLP(8, 64, 1, depth=8, activation="relu", init="he")
+    x, y = torch.randn(256, 8), 2 + 3 * torch.randn(256, 1)
+    depth_checks.gradient_descent_step(net, x, y, lr=0.5)
+    result = depth_checks.train_and_track_dead(net, x, y, lr=1e-3, steps=100)
+    assert result["died_during"] >= result["died_and_revived"] > 0
+    assert result["mid_revivals"] >= result["died_and_revived"]
+    assert result["mid_revivals_same_weights"] == 0  # momentum moved every one of them
+    assert result["revived_with_start_weights"]  # the units dead at the start: no moments yet
+    assert result["max_dead_row_grad"] == 0.0
+
+
+def test_no_death_during_training_means_no_mid_training_revival():
+    net = relu_net(depth=4)
+    with torch.no_grad():
+        net.layers[2][0].bias[:3] = -1e4  # dead from the start, never a death in training
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    result = depth_checks.train_and_track_dead(net, x, y, lr=1e-9, steps=5)  # nothing flips
+    assert result["dead_throughout"][2, :3].all() and result["still_dead"] >= 3
+    assert result["died_during"] == result["died_and_revived"] == 0
+    assert result["mid_revivals"] == result["mid_revivals_same_weights"] == 0
 
 
 def test_gradient_descent_step_moves_against_the_gradient():
