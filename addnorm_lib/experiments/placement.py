@@ -13,6 +13,9 @@ runs both kinds of measurement on the CPU, seeded, in float32:
   weight from the same random numbers.
 - :func:`last_ffn_gradient_norm` is Theorem 1's quantity: the norm of the gradient of the last
   FFN's output weight at initialization; :func:`ffn_gradient_profile` gives it for every layer.
+- :func:`final_norm_gradient_parts` takes Pre-LN's quantity apart at the final norm: the size of
+  the stream there, of the gradient each token passes back through it, and how well the tokens'
+  contributions to the weight's gradient line up.
 - :func:`first_adam_step` takes one Adam step from initialization and measures how much it moves
   the weights and how much it changes the stack's (normalized) output.
 - :func:`stream_norms` measures ``E||x_l||^2 / d`` after each block of a Pre-LN stack (the lemma).
@@ -35,7 +38,7 @@ import argparse
 import json
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -55,6 +58,7 @@ __all__ = [
     "PlacementModel",
     "RunSpec",
     "ffn_gradient_profile",
+    "final_norm_gradient_parts",
     "first_adam_step",
     "last_ffn_gradient_norm",
     "make_stack",
@@ -207,9 +211,11 @@ def _initial_backward(
     embed_std: float = 1.0,
     activation: str = "gelu",
     zero_qk: bool = False,
+    prepare: Callable[[PlacementModel], None] | None = None,
 ) -> tuple[PlacementModel, Tensor]:
     """A seeded :class:`PlacementModel`, after one backward pass of the mean cross-entropy of one
-    seeded batch of the reversal task; also returns that batch's int64 tokens ``(B, T)``."""
+    seeded batch of the reversal task; also returns that batch's int64 tokens ``(B, T)``.
+    ``prepare``, if given, is called on the model before the forward pass (to add hooks)."""
     set_seed(seed)
     model = PlacementModel(
         placement,
@@ -224,6 +230,8 @@ def _initial_backward(
         embed_std,
         zero_qk,
     )
+    if prepare is not None:
+        prepare(model)
     loss, tokens = reverse_task_loss(model, batch_size, torch.Generator().manual_seed(seed))
     loss.backward()
     return model, tokens
@@ -249,6 +257,48 @@ def last_ffn_gradient_norm(placement: str, num_layers: int, seed: int, **sizes) 
     ``seed``).
     """
     return float(ffn_gradient_profile(placement, num_layers, seed, **sizes)[-1])
+
+
+def final_norm_gradient_parts(num_layers: int, seed: int, **sizes) -> dict:
+    """Theorem 1's Pre-LN quantity at initialization, taken apart at the final norm.
+
+    The last FFN's output weight gets ``dLoss/dW = sum_t g_t h_t^T`` over the batch's tokens
+    ``t``, where ``h_t`` is the FFN's hidden activation and ``g_t`` the gradient at the FFN's
+    output, which is the final norm's input ``x_L`` (the stream after the last block). The
+    model and batch are those of :func:`last_ffn_gradient_norm` with ``placement="pre"``;
+    ``sizes`` are its keyword arguments. Returns a dict of floats:
+
+    - ``last_ffn_grad``: ``||dLoss/dW||_F`` (Theorem 1's quantity);
+    - ``stream_sq``: the mean over tokens of ``||x_L||^2 / d_model``;
+    - ``token_grad``: the mean over tokens of ``||g_t||``;
+    - ``hidden``: the mean over tokens of ``||h_t||``;
+    - ``alignment``: ``||sum_t g_t h_t^T||_F / sum_t ||g_t|| ||h_t||``, 1 when every token's
+      term points the same way, smaller the more they cancel.
+    """
+    seen: dict[str, Tensor] = {}
+
+    def prepare(model: PlacementModel) -> None:
+        def at_final_norm(module: nn.Module, args: tuple, out: Tensor) -> None:
+            seen["x"] = args[0].detach()  # (B, T, C)
+            args[0].register_hook(lambda g: seen.__setitem__("g", g))
+
+        def at_last_ffn(module: nn.Module, args: tuple, out: Tensor) -> None:
+            seen["h"] = module.activation(module.fc1(args[0])).detach()  # (B, T, F)
+
+        model.stack.norm.register_forward_hook(at_final_norm)
+        model.blocks[-1].ffn.register_forward_hook(at_last_ffn)
+
+    model, _ = _initial_backward("pre", num_layers, seed, prepare=prepare, **sizes)
+    x, g, h = (seen[k].double().flatten(0, 1) for k in ("x", "g", "h"))  # (B*T, .)
+    weight_grad = model.blocks[-1].ffn.fc2.weight.grad.double().norm()
+    g_size, h_size = g.norm(dim=-1), h.norm(dim=-1)  # (B*T,)
+    return {
+        "last_ffn_grad": float(weight_grad),
+        "stream_sq": float(x.pow(2).sum(-1).mean() / x.shape[-1]),
+        "token_grad": float(g_size.mean()),
+        "hidden": float(h_size.mean()),
+        "alignment": float(weight_grad / (g_size * h_size).sum()),
+    }
 
 
 def first_adam_step(

@@ -149,18 +149,26 @@ def plot_stream_growth(ax: Axes, growth: Mapping[str, np.ndarray]) -> None:
     float ``(L + 1,)``."""
     layers = np.arange(len(next(iter(growth.values()))))  # l = 0 .. L
     ax.fill_between(
-        layers, 1 + layers / 2, 1 + 3 * layers / 2, color="#999999", alpha=0.2,
+        layers,
+        1 + layers / 2,
+        1 + 3 * layers / 2,
+        color="#999999",
+        alpha=0.2,
         label="the lemma's bounds",
-    )  # fmt: skip
+    )
     for (k, v), style in zip(growth.items(), ("-", "--"), strict=False):
         ax.plot(layers, v, style, color=plots.VARIANT_COLORS["pre"], label=k)
     ax.set(xlabel="layers l", ylabel="mean ||x_l||² / d", title="the Pre-LN stream at init")
 
 
 def plot_sweep_curves(
-    axes: np.ndarray, arms: Mapping, recipes: Mapping[str, Sequence[str]], lrs: Sequence[float],
-    chance: float, window: int = 20,
-) -> None:  # fmt: skip
+    axes: np.ndarray,
+    arms: Mapping,
+    recipes: Mapping[str, Sequence[str]],
+    lrs: Sequence[float],
+    chance: float,
+    window: int = 20,
+) -> None:
     """Training loss of the sweep's runs, one thin line per seed, smoothed over ``window``
     steps: row ``i`` is placement ``list(recipes)[i]`` ("Post-LN"), column ``j`` learning rate
     ``lrs[j]``; ``recipes``: placement -> the recipes to draw (see :data:`RECIPE_STYLE`). A
@@ -183,9 +191,12 @@ def plot_sweep_curves(
 
 
 def plot_grid(
-    axes: Sequence[Axes], outcomes: Mapping, lrs: Sequence[float], budgets: Sequence[int],
+    axes: Sequence[Axes],
+    outcomes: Mapping,
+    lrs: Sequence[float],
+    budgets: Sequence[int],
     threshold: float = LEARNED,
-) -> None:  # fmt: skip
+) -> None:
     """The grid as bars: one panel per budget, one group per learning rate, one bar per recipe,
     its height the number of seeds that learned the task. ``outcomes`` as
     :func:`grid_outcomes` returns it. Post-LN's recipes in :data:`RECIPE_STYLE`'s colours,

@@ -28,6 +28,7 @@ from addnorm_lib.experiments.placement import (
     RunSpec,
     _longest_first,
     ffn_gradient_profile,
+    final_norm_gradient_parts,
     first_adam_step,
     last_ffn_gradient_norm,
     make_stack,
@@ -101,6 +102,20 @@ def test_the_profile_ends_with_the_last_gradient_and_the_first_step_measures_it(
     # a tenfold smaller step changes the output about ten times less (the linear range)
     small = first_adam_step("post", 3, 0, 1e-4, **sizes)
     assert small["output_change"] == pytest.approx(step["output_change"] / 10, rel=0.1)
+
+
+def test_final_norm_parts_take_apart_the_pre_ln_gradient():
+    sizes = {"d_model": 16, "nhead": 2, "dim_feedforward": 32}
+    shallow, deep = (final_norm_gradient_parts(L, 0, **sizes) for L in (1, 8))
+    for parts in (shallow, deep):
+        assert parts["last_ffn_grad"] == pytest.approx(
+            last_ffn_gradient_norm("pre", 8 if parts is deep else 1, 0, **sizes)
+        )
+        assert 0 < parts["alignment"] <= 1
+    # the stream grows, and the gradient through the final norm shrinks with its size
+    assert deep["stream_sq"] > 2 * shallow["stream_sq"]
+    fall = deep["token_grad"] / shallow["token_grad"]
+    assert fall == pytest.approx((shallow["stream_sq"] / deep["stream_sq"]) ** 0.5, rel=0.25)
 
 
 def test_embed_std_scales_the_same_draw_and_zero_qk_makes_attention_uniform():
