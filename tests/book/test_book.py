@@ -126,3 +126,26 @@ def test_each_page_numbers_its_figures_from_one(built_book):
     assert len(numbered) >= 5, f"too few pages with numbered figures: {sorted(numbered)}"
     wrong = {name: n for name, n in numbered.items() if n != list(range(1, len(n) + 1))}
     assert not wrong, f"pages whose figures are not numbered 1, 2, ...: {wrong}"
+
+
+@BOOK_GROUP
+def test_printed_outputs_fit_the_column(built_book):
+    """What a cell prints is read in a code box as wide as the code's: no printed line is wider
+    than the shown code may be (the browser measures the same at 1280 px, with the page's font;
+    counting characters here does not depend on which monospace font a reader has)."""
+    from bs4 import BeautifulSoup
+
+    from addnorm_lib.authoring.cells import WIDTH
+
+    wide = []
+    for name in toc_files():
+        soup = BeautifulSoup(
+            (built_book / f"{name}.html").read_text(encoding="utf-8"), "html.parser"
+        )
+        for output in soup.select(".cell_output pre"):
+            wide += [
+                f"{name}: {line[:60]}... ({len(line)} characters)"
+                for line in output.get_text().split("\n")
+                if len(line) > WIDTH
+            ]
+    assert not wide, f"printed lines wider than {WIDTH} characters:\n" + "\n".join(wide)
