@@ -28,15 +28,8 @@ from addnorm_lib.experiments.deepnorm_grid import (
     train_with_checkpoints,
 )
 from tests.conftest import ROOT
+from tests.experiments.test_deepnorm import SIZES  # a small model, shared
 
-SIZES = {
-    "vocab_size": 7,
-    "seq_len": 5,
-    "num_layers": 3,
-    "d_model": 16,
-    "nhead": 2,
-    "dim_feedforward": 24,
-}
 FILES = {
     name: ROOT / "book" / "data" / f"deepnorm_{name.split('-')[0]}_grid.json" for name in GRIDS
 }
