@@ -151,12 +151,14 @@ def docstring_nodes(docstring: str) -> list[nodes.Node]:
 
 class LibraryCode(SphinxDirective):
     """``{library-code} path`` with ``:pyobject:``: the object's docstring as text, then its
-    code fitted to the book's column."""
+    code fitted to the book's column; ``:no-docstring:`` leaves the docstring out (the page's
+    prose says what the object does)."""
 
     required_arguments = 1
     option_spec: ClassVar[dict] = {
         "pyobject": directives.unchanged_required,
         "language": directives.unchanged,
+        "no-docstring": directives.flag,
     }
 
     def run(self) -> list[nodes.Node]:
@@ -170,7 +172,7 @@ class LibraryCode(SphinxDirective):
             raise self.error(f"library-code {self.arguments[0]}: {error}") from error
         fitted = ruff_format(code, WIDTH) or code
         shown: list[nodes.Node] = []
-        if docstring:
+        if docstring and "no-docstring" not in self.options:
             box = nodes.container(classes=["library-docstring"])
             box += docstring_nodes(docstring)
             shown.append(box)

@@ -278,6 +278,12 @@ def grid_summary(grids: Sequence[dict]) -> dict[str, float]:
       than one that did not;
     - ``swap_lower``, ``swap_lower_tag``: runs where the swapped step ended with a lower held-out
       loss than DeepNorm, seed for seed.
+
+    The settings above are results, not distinct runs: the chapter's learning rate is trained once
+    for 300 steps and read after 100 and after 300. Per distinct run, each read at its last step
+    (300 steps at the chapter's rate, 100 at the others): ``distinct_runs`` (learning rates x
+    seeds, per variant); ``runs_learned_v``; ``runs_with_beta`` / ``runs_without_beta``;
+    ``runs_deep_not_post``; ``runs_swap_lower``.
     """
     variants = ("Post-LN", "alpha only", "swapped", "DeepNorm")
     acc = {v: grid_outcomes(grids, v, "held_out_accuracy") for v in variants}  # (settings, seeds)
@@ -315,6 +321,19 @@ def grid_summary(grids: Sequence[dict]) -> dict[str, float]:
     out["swap_lower"] = int(swap_lower.sum())
     for k, tag in enumerate(SETTING_TAGS):
         out[f"swap_lower_{tag}"] = int(swap_lower[k].sum())
+    # one reading per distinct run: its last (a run at the chapter's rate is also read at 100)
+    budgets = {lr: max(t for r, t in GRID_SETTINGS if r == lr) for lr, _ in GRID_SETTINGS}
+    last = [k for k, (lr, t) in enumerate(GRID_SETTINGS) if t == budgets[lr]]
+    out["distinct_runs"] = len(last) * n_seeds
+    for v in variants:
+        key = v.replace(" ", "_").replace("-", "_").lower()
+        out[f"runs_learned_{key}"] = int(learned[v][last].sum())
+    out["runs_with_beta"] = int(learned["swapped"][last].sum() + learned["DeepNorm"][last].sum())
+    out["runs_without_beta"] = int(
+        learned["Post-LN"][last].sum() + learned["alpha only"][last].sum()
+    )
+    out["runs_deep_not_post"] = int((learned["DeepNorm"] & ~learned["Post-LN"])[last].sum())
+    out["runs_swap_lower"] = int(swap_lower[last].sum())
     return out
 
 
