@@ -40,6 +40,7 @@ __all__ = [
     "LLAMA_LIKE",
     "ROWS",
     "SOURCED_ROWS",
+    "STACK_READING",
     "TABLE_HEAD",
     "TABLE_ORDER",
     "ZOO_ANATOMY",
@@ -80,6 +81,7 @@ __all__ = [
     "token_rms",
     "trace_stream",
     "where_words",
+    "zoo_final_norm",
 ]
 
 WIDTH, HEADS, FFN, LAYERS, VOCAB = 32, 4, 64, 2, 64  # the tiny configs of every row
@@ -151,9 +153,8 @@ def _rows(t: Tensor) -> Tensor:
 class Tap(Recorder):
     """Record what chosen modules read and return during a forward pass, as ``(N, C)`` rows.
 
-    >>> with Tap({"attn": block.self_attn}) as tap:
-    ...     model(ids)
-    >>> tap.inputs["attn"], tap.outputs["attn"], tap.calls["attn"]
+    Use it as ``with Tap({"attn": block.self_attn}) as tap: model(ids)``; then
+    ``tap.inputs["attn"]`` and ``tap.outputs["attn"]`` hold the rows.
 
     A module called more than once keeps its last call (``calls`` counts them). Keyword inputs
     (``hidden_states=...``) are found too. Hooks are removed on exit.
@@ -1416,15 +1417,33 @@ def release_words(e: Expected) -> str:
     return f"{e.release_eps:.0e} ({e.release_eps_source})"
 
 
+def zoo_final_norm(build: Callable[..., nn.Module]) -> bool:
+    """Whether a course stack (``model_zoo.build_*``) ends with a final norm."""
+    model = build(WIDTH, HEADS, 2 * WIDTH, num_layers=1)
+    return not isinstance(model.final_norm, nn.Identity)
+
+
+#: Marks a cell of a course stack's row that is the stack's literal reading of the paper's
+#: formula, which the sources read for this course do not settle.
+STACK_READING = "‡"
+#: Course stacks whose block probe's ``kind`` is such a reading (PaLM's paper writes
+#: ``LayerNorm(x)`` twice; the stack reads it as one norm).
+_KIND_IS_READING = {"PaLM"}
+
+
 def table_rows(
-    probed: Mapping[str, tuple[str, Findings]], stacks: Mapping[str, BlockPlacement]
+    probed: Mapping[str, tuple[str, Findings]],
+    stacks: Mapping[str, BlockPlacement],
+    final_norms: Mapping[str, bool] | None = None,
 ) -> dict[str, list[str]]:
     """The cells of the chapter's table (:data:`TABLE_HEAD`), one list of strings per model.
 
     ``probed``: model -> (class name, :class:`Findings`) for every row of :data:`ROWS`;
     ``stacks``: model -> the :class:`BlockPlacement` of its course stack (the 2017 Transformer,
-    GLM-130B, PaLM); :data:`SOURCED_ROWS` are added as they are. A row whose description was read
-    only in the ``transformers`` code is marked with a dagger.
+    GLM-130B, PaLM); ``final_norms``: course stack -> whether it ends with a final norm
+    (:func:`zoo_final_norm`), added to its "where" as the stack's reading (marked
+    :data:`STACK_READING`); :data:`SOURCED_ROWS` are added as they are. A row whose description
+    was read only in the ``transformers`` code is marked with a dagger.
     """
     rows = {}
     for row in ROWS:
@@ -1436,8 +1455,13 @@ def table_rows(
     for model, placement in stacks.items():
         norm = "LayerNorm, no bias" if model == "PaLM" else "LayerNorm"
         where = _BLOCK_WORDS.get(placement.kind, placement.kind)
+        if model in _KIND_IS_READING:
+            where += f" {STACK_READING}"
         if placement.residual_weight != 1:
             where += ", DeepNorm, α = √(2N)"
+        if final_norms is not None and model in final_norms:
+            final = "final norm" if final_norms[model] else "no final norm"
+            where += f", {final} {STACK_READING}"
         rows[model] = [model, norm, where, "–", "–", "paper; probe of a course stack"]
     for r in SOURCED_ROWS:
         rows[r.model] = [r.model, r.norm, r.where, "–", r.eps, r.source]
