@@ -1259,7 +1259,7 @@ ROWS: list[Row] = [
             True,
             eps=1e-5,
             source="EleutherAI/gpt-neox 20B config; transformers GPT-NeoX",
-            release_eps_source="GPT-NeoX-20B: not set in its config file",
+            release_eps_source="GPT-NeoX-20B: not in EleutherAI's 20B.yml; release not confirmed",
         ),
     ),
     Row("OPT", build_opt, _OPT, Expected("pre", "LayerNorm", True, source=_HF_CODE, sourced=False)),
