@@ -62,7 +62,6 @@ __all__ = [
     "reestimate_batchnorm",
     "shift_experiment",
     "shift_inputs",
-    "shift_table",
     "train_and_track_dead",
     "train_regression",
 ]
@@ -403,18 +402,6 @@ def shift_experiment(
                 loss["training statistics, shifted"] = F.mse_loss(bn(x_shift), y_test).item()
                 loss["re-estimated, shifted"] = F.mse_loss(bn_fresh, y_test).item()
     return {"change": change, "loss": loss}
-
-
-def shift_table(seeds, **options) -> dict:
-    """:func:`shift_experiment` for each seed, stacked: the same dict with (seeds,) float arrays.
-
-    ``options`` are passed to :func:`shift_experiment`.
-    """
-    results = [shift_experiment(seed, **options) for seed in seeds]
-    return {
-        part: {name: np.array([r[part][name] for r in results]) for name in results[0][part]}
-        for part in ("change", "loss")
-    }
 
 
 # --------------------------------------------------------------------------- at initialization
