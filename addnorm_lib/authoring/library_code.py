@@ -32,7 +32,10 @@ from addnorm_lib.authoring.cells import WIDTH, ruff_format
 
 __all__ = ["LibraryCode", "docstring_nodes", "object_source", "setup"]
 
-SECTIONS = {"Args", "Arguments", "Returns", "Yields", "Raises", "Attributes", "Note", "Example"}
+# Sections whose entries are "name: text" (one list item each) and sections of free text, whose
+# lines run on as paragraphs: a "Returns:" is one description, however its lines break.
+ENTRY_SECTIONS = {"Args", "Arguments", "Raises", "Attributes"}
+SECTIONS = ENTRY_SECTIONS | {"Returns", "Yields", "Note", "Example"}
 # ``code``, :role:`target` (or :role:`text <target>`), and `code`: each shown as code; *text*
 # emphasized.
 INLINE = re.compile(
@@ -108,6 +111,17 @@ def _paragraph(lines: list[str], entry: bool = False) -> nodes.paragraph:
     return nodes.paragraph("", "", *_inline(text))
 
 
+def _free_text(lines: list[str]) -> list[list[str]]:
+    """A free-text section's lines as paragraphs: runs of non-blank lines."""
+    paragraphs: list[list[str]] = [[]]
+    for line in lines:
+        if line.strip():
+            paragraphs[-1].append(line)
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    return [paragraph for paragraph in paragraphs if paragraph]
+
+
 def docstring_nodes(docstring: str) -> list[nodes.Node]:
     """A Google-style docstring as docutils nodes: paragraphs, and a titled bullet list per
     section (one item per entry, its continuation lines joined)."""
@@ -121,7 +135,9 @@ def docstring_nodes(docstring: str) -> list[nodes.Node]:
             items: list[list[str]] = []
             entry_indent = None  # an entry starts at this indent; deeper lines continue it
             i += 1
+            section: list[str] = []
             while i < len(lines) and (lines[i].startswith(" ") or not lines[i].strip()):
+                section.append(lines[i])
                 if lines[i].strip():
                     indent = len(lines[i]) - len(lines[i].lstrip())
                     if entry_indent is None or indent <= entry_indent:
@@ -131,10 +147,13 @@ def docstring_nodes(docstring: str) -> list[nodes.Node]:
                         items[-1].append(lines[i])
                 i += 1
             title = nodes.paragraph("", "", nodes.strong(header, header))
-            entries = nodes.bullet_list()
-            for item in items:
-                entries += nodes.list_item("", _paragraph(item, entry=True))
-            blocks += [title, entries]
+            if header in ENTRY_SECTIONS:
+                entries = nodes.bullet_list()
+                for item in items:
+                    entries += nodes.list_item("", _paragraph(item, entry=True))
+                blocks += [title, entries]
+            else:
+                blocks += [title, *(_paragraph(text) for text in _free_text(section))]
             continue
         paragraph = []
         while i < len(lines) and lines[i].strip():

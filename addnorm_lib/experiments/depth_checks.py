@@ -452,6 +452,41 @@ def one_step_failure(
     return FailureStep(grad_first, grad_last, rel_step, changed)
 
 
+def one_step_threshold(
+    seed: int,
+    depth: int = 30,
+    width: int = 64,
+    in_features: int = 16,
+    batch: int = 128,
+    lr: float = 0.1,
+) -> tuple[float, int, int]:
+    """The smallest factor k on ``lr`` at which the step of ``one_step_failure`` (same seed and
+    network) changes any weight of the first layer, in float32.
+
+    A float32 weight w moves under a step -u once |u| exceeds half the gap from w to its
+    neighbour in the direction of -u, so k = min over the weights of that half-gap over
+    |lr * grad|. Returns (k, the weights changed by the step with k * 0.999 * lr, the weights
+    changed with k * 1.001 * lr): the check that k is the threshold.
+    """
+    set_seed(seed)
+    net = DeepMLP(in_features, width, 1, depth=depth, activation="sigmoid", init="xavier")
+    x = torch.randn(batch, in_features)  # (N, in_features)
+    y = torch.randn(batch, 1)  # (N, 1)
+    F.mse_loss(net(x), y).backward()
+    first = net.layers[0][0].weight  # (width, width)
+    w = first.detach().numpy().copy()  # (width, width) float32
+    g = first.grad.numpy().copy()  # (width, width) float32
+    neighbour = np.nextafter(w, w - np.sign(g) * np.inf)  # (width, width) next float32 that way
+    half_gap = np.abs(neighbour.astype(np.float64) - w) / 2  # (width, width)
+    step = np.abs(lr * g.astype(np.float64))  # (width, width)
+    moving = step > 0
+    k = float((half_gap[moving] / step[moving]).min())
+    w_t, g_t = first.detach(), first.grad
+    below = int((w_t - (k * 0.999 * lr) * g_t != w_t).sum())
+    above = int((w_t - (k * 1.001 * lr) * g_t != w_t).sum())
+    return k, below, above
+
+
 def jacobian_check(seed: int, depth: int = 6, width: int = 8) -> tuple[float, float]:
     """Every layer's Jacobian by hand, diag(phi'(z_l)) W_l, against autograd's (float64).
 

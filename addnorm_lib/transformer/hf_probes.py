@@ -37,6 +37,7 @@ from addnorm_lib.transformer.model_zoo import Recorder, sample_input
 
 __all__ = [
     "COMPARED",
+    "FINAL_NOT_STATED",
     "LLAMA_LIKE",
     "ROWS",
     "SOURCED_ROWS",
@@ -1426,6 +1427,8 @@ def zoo_final_norm(build: Callable[..., nn.Module]) -> bool:
 #: Marks a cell of a course stack's row that is the stack's literal reading of the paper's
 #: formula, which the sources read for this course do not settle.
 STACK_READING = "‡"
+#: The "where" phrase of a course stack whose sources do not say whether it has a final norm.
+FINAL_NOT_STATED = "final norm: not stated"
 #: Course stacks whose block probe's ``kind`` is such a reading (PaLM's paper writes
 #: ``LayerNorm(x)`` twice; the stack reads it as one norm).
 _KIND_IS_READING = {"PaLM"}
@@ -1434,7 +1437,7 @@ _KIND_IS_READING = {"PaLM"}
 def table_rows(
     probed: Mapping[str, tuple[str, Findings]],
     stacks: Mapping[str, BlockPlacement],
-    final_norms: Mapping[str, bool] | None = None,
+    final_norms: Mapping[str, bool | None] | None = None,
 ) -> dict[str, list[str]]:
     """The cells of the chapter's table (:data:`TABLE_HEAD`), one list of strings per model.
 
@@ -1442,7 +1445,8 @@ def table_rows(
     ``stacks``: model -> the :class:`BlockPlacement` of its course stack (the 2017 Transformer,
     GLM-130B, PaLM); ``final_norms``: course stack -> whether it ends with a final norm
     (:func:`zoo_final_norm`), added to its "where" as the stack's reading (marked
-    :data:`STACK_READING`); :data:`SOURCED_ROWS` are added as they are. A row whose description
+    :data:`STACK_READING`), or None where the sources do not say, added as
+    :data:`FINAL_NOT_STATED`; :data:`SOURCED_ROWS` are added as they are. A row whose description
     was read only in the ``transformers`` code is marked with a dagger.
     """
     rows = {}
@@ -1460,8 +1464,11 @@ def table_rows(
         if placement.residual_weight != 1:
             where += ", DeepNorm, α = √(2N)"
         if final_norms is not None and model in final_norms:
-            final = "final norm" if final_norms[model] else "no final norm"
-            where += f", {final} {STACK_READING}"
+            if final_norms[model] is None:
+                where += f", {FINAL_NOT_STATED}"
+            else:
+                final = "final norm" if final_norms[model] else "no final norm"
+                where += f", {final} {STACK_READING}"
         rows[model] = [model, norm, where, "–", "–", "paper; probe of a course stack"]
     for r in SOURCED_ROWS:
         rows[r.model] = [r.model, r.norm, r.where, "–", r.eps, r.source]

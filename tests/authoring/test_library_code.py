@@ -87,7 +87,7 @@ def test_sections_become_titled_lists_with_continued_entries():
         "paragraph",
         "bullet_list",
         "paragraph",
-        "bullet_list",
+        "paragraph",
     ]
     assert found[1].astext() == "Args" and found[3].astext() == "Returns"
     entries = [item.astext() for item in found[2].children]
@@ -96,3 +96,25 @@ def test_sections_become_titled_lists_with_continued_entries():
         "eps (float): the forward eps.",
     ]
     assert found[2].children[0].children[0].children[0].tagname == "literal"  # the name as code
+
+
+def test_a_returns_description_runs_on_however_its_lines_break():
+    """A Returns section is one description: a line that ends in a colon, or one that starts
+    with a word and a colon, does not start a new item mid-sentence."""
+    found = docstring_nodes(
+        """Summary line.
+
+        Returns:
+            ``y`` of shape ``(..., C)`` and dtype ``x.dtype``:
+            ``(x - mean) / sqrt(var + eps)``, with mean: the average.
+
+            A second paragraph.
+        """
+    )
+    assert [type(n).__name__ for n in found] == ["paragraph"] * 4
+    assert found[1].astext() == "Returns"
+    assert found[2].astext() == (
+        "y of shape (..., C) and dtype x.dtype: (x - mean) / sqrt(var + eps),"
+        " with mean: the average."
+    )
+    assert found[3].astext() == "A second paragraph."

@@ -201,3 +201,11 @@ def test_internal_shift_is_zero_without_training_and_positive_with():
     assert depth_checks.internal_shift(0, steps=0)["mean_shift"] == 0.0
     moved = depth_checks.internal_shift(0, steps=5, lr=1e-2)
     assert moved["mean_shift"] > 0.05 and moved["spread_ratio"] > 0
+
+
+def test_one_step_threshold_is_where_the_first_weight_moves():
+    """k is the threshold: a step 0.1% under k * lr moves no first-layer weight, 0.1% over
+    moves one. Seed 3's k was found independently (by scanning k in float32) at 1.99e9."""
+    k, below, above = depth_checks.one_step_threshold(3)
+    assert below == 0 and above >= 1
+    assert 1.9e9 < k < 2.1e9
