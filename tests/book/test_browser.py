@@ -7,7 +7,8 @@ failed or outside requests, typeset math, loaded images, internal links and thei
 the exercises' notebook downloads; nothing overflowing its box at 1280 px and no sideways
 scrolling at 390 px (tests/book/layout.py); figures shown at their size, drawn at 2x, numbered
 and described; every explorer's every control switching to its own precomputed figure. A
-screenshot of every page at both widths is written to _build/screenshots/ for review.
+screenshot of the top of every page at both widths is written to _build/screenshots/ for review;
+with ADDNORM_FULL_SCREENSHOTS=1, of each whole page (in parts), which takes about a minute more.
 
 Chromium is required: without it these tests fail, saying how to install it (`apt-get install -y
 chromium`; `make test` does this as root). On a machine that cannot install it, set
@@ -44,6 +45,7 @@ pytestmark = [pytest.mark.slow, BOOK_GROUP]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 NOT_PAGES = {"_static", "_sources", "_images", "_downloads"}
 SCREENSHOT_MAX_HEIGHT = 16000  # CSS pixels: chromium's limit for one capture is about 16k
+SCREENSHOT_TOP_HEIGHT = 2400  # what is captured of each page unless ADDNORM_FULL_SCREENSHOTS=1
 # Where a launch button would send a reader: no page may link there (the course has no public
 # repository that Binder or Colab could open).
 LAUNCHERS = ("mybinder.org", "colab.research.google.com", "github.com/addnorm-course")
@@ -299,10 +301,13 @@ def visit(browser: Chromium, base: str, book: Path, page: str) -> dict:
 
 
 def screenshot(browser: Chromium, page: str, width: int) -> None:
-    """Write the whole page as shown at `width`, in parts of at most SCREENSHOT_MAX_HEIGHT
-    pixels (`page-1280.png`, `page-1280-2.png`, ...). The window is made as tall as a part
+    """Write the page's top SCREENSHOT_TOP_HEIGHT pixels as shown at `width` (the whole page
+    with ADDNORM_FULL_SCREENSHOTS=1, in parts of at most SCREENSHOT_MAX_HEIGHT pixels:
+    `page-1280.png`, `page-1280-2.png`, ...). The window is made as tall as a part
     (a capture beyond the window lays the page out anew, with sidebars cut), then restored."""
     height = browser.evaluate("Math.ceil(document.documentElement.scrollHeight)")
+    if os.environ.get("ADDNORM_FULL_SCREENSHOTS") != "1":
+        height = min(height, SCREENSHOT_TOP_HEIGHT)
     tall = min(height, SCREENSHOT_MAX_HEIGHT)
     browser.call(
         "Emulation.setDeviceMetricsOverride",
@@ -314,7 +319,8 @@ def screenshot(browser: Chromium, page: str, width: int) -> None:
     try:
         for part, top in enumerate(range(0, height, SCREENSHOT_MAX_HEIGHT), start=1):
             browser.evaluate(
-                f"new Promise(done => {{ window.scrollTo(0, {top}); setTimeout(done, 300); }})"
+                f"new Promise(done => {{ window.scrollTo(0, {top}); "
+                "requestAnimationFrame(() => requestAnimationFrame(done)); })"
             )
             shown = browser.evaluate("window.scrollY")
             clip = {"x": 0, "y": shown, "width": width, "height": min(tall, height - shown)}
