@@ -6,16 +6,18 @@ STAMP := $(VENV)/.installed
 # The pip cap on this machine (/etc/xdg/pip) keeps torch on the CPU build that lies on disk.
 PIP_FLAGS := --quiet --disable-pip-version-check --no-input
 
-.PHONY: help venv system nbgrader-env book test lint lab grade exercises sizes lock clean
+.PHONY: help venv system nbgrader-env book kit test lint lab grade exercises sizes lock clean
 
 help:
 	@echo "make book       build the HTML book in _build/html, executing every chapter"
 	@echo "make test       run the whole test suite (library, notebooks, mutants, book build);"
 	@echo "                as root, it first installs the Debian packages the suite needs (chromium)"
-	@echo "make lab        open JupyterLab on the exercises (its terminals use the course's Python)"
+	@echo "make lab        open JupyterLab on the exercises (its terminals use the course's Python);"
+	@echo "                options for jupyter lab go in ARGS: make lab ARGS=\"--no-browser --port 8899\""
 	@echo "make grade NB=exercises/layernorm.ipynb"
 	@echo "                score a notebook, as the grader will"
 	@echo "make exercises  regenerate exercises/ from solutions/"
+	@echo "make kit        the learner kit, $(KIT) (make book builds it too)"
 	@echo "make lint       ruff"
 	@echo "make sizes      each page's words of prose and lines of shown code"
 	@echo "make lock       re-pin requirements.txt from requirements.in"
@@ -48,7 +50,16 @@ WIDGET_JS := _vendor/widgets/.complete
 $(WIDGET_JS): $(STAMP) addnorm_lib/authoring/widgets.py
 	$(BIN)/python -m addnorm_lib.authoring.widgets --dest _vendor/widgets
 
-book: $(STAMP) $(WIDGET_JS) _build/.library-stamp
+# The learner kit (addnorm_lib/authoring/kit.py): the exercises, the library's wheel, pinned
+# requirements and a README in one archive, which book/exercises.md offers for download. The book
+# needs it (a missing download is a build error), and so do the book's tests.
+KIT := book/_generated/addnorm-kit.zip
+kit: $(KIT)
+$(KIT): $(STAMP) $(LIBRARY) $(wildcard addnorm_lib/*/templates/* addnorm_lib/*/static/*) \
+		pyproject.toml requirements.txt $(wildcard solutions/*.ipynb)
+	$(BIN)/python -m addnorm_lib.authoring.kit --dest $(dir $(KIT))
+
+book: $(STAMP) $(WIDGET_JS) _build/.library-stamp $(KIT)
 	@start=$$(date +%s); \
 	$(BIN)/jupyter-book build . --builder html --warningiserror --nitpick --keep-going && \
 	$(BIN)/python -m addnorm_lib.authoring.build_report --since $$start && \
@@ -75,16 +86,19 @@ $(NBGRADER_STAMP): requirements-nbgrader.txt
 # The book tests and the browser tests share one build: --dist loadgroup runs them on one worker.
 # One math thread per process: the workers, their kernels and the book's already fill the cores,
 # and torch's own threads on top of them made the suite slower, not faster.
-test: system $(STAMP) $(WIDGET_JS) $(NBGRADER_STAMP)
+test: system $(STAMP) $(WIDGET_JS) $(NBGRADER_STAMP) $(KIT)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n auto --dist loadgroup --durations=10
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check addnorm_lib tests benchmarks
 
-# The venv's bin first on PATH: JupyterLab's terminals then run the course's python.
+# JupyterLab on the exercises (addnorm_lib/_lab.py): --allow-root as root, ARGS passed on
+# (make lab ARGS="--no-browser --port 8899"), and terminals that activate the course's venv after
+# the user's own shell rc files, whatever those do to PATH.
+ARGS ?=
 lab: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab exercises
+	$(BIN)/python -m addnorm_lib._lab $(ARGS)
 
 OUT ?= grades
 grade: $(STAMP)

@@ -30,7 +30,7 @@ def make(*args, tmp_path) -> subprocess.CompletedProcess:
 def test_make_grade_scores_an_exercise_and_names_its_feedback_page(tmp_path):
     done = make("grade", "NB=exercises/rmsnorm.ipynb", f"OUT={tmp_path / 'out'}", tmp_path=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "rmsnorm.ipynb: ok" in done.stdout and "  total" in done.stdout
+    assert "rmsnorm.ipynb: graded, 0/10" in done.stdout and "  total" in done.stdout
     page = tmp_path / "out" / "feedback" / "rmsnorm.ipynb.html"
     assert page.is_file() and done.stdout.rstrip().endswith(str(page))
 

@@ -44,6 +44,9 @@ class Case:
         output_hints: for a function that returns a tuple, hints that concern one output only
             (``{"dgamma": ...}``): said, instead of ``hint``, when that output is wrong.
         atol, rtol: tolerance of the comparison with the reference.
+        language: "numpy" or "torch", the language of the code under check, in which the
+            advice is written; "" (the default) reads it from the arguments (a torch tensor
+            among them: torch).
     """
 
     description: str
@@ -53,6 +56,44 @@ class Case:
     output_hints: dict = field(default_factory=dict)
     atol: float = 1e-8
     rtol: float = 1e-6
+    language: str = ""
+
+
+def language_of(case: Case, type_name: str | None = None) -> str:
+    """``"torch"`` or ``"numpy"``: the language of the code under check, for advice in it.
+
+    The case's own ``language`` if it names one; else torch if a tensor is among its arguments
+    or the code returned one (``type_name`` "Tensor"); else numpy.
+    """
+    if case.language:
+        return case.language
+    if any(is_tensor(a) for a in case.args) or type_name in ("Tensor", "Parameter"):
+        return "torch"
+    return "numpy"
+
+
+#: advice about in-place changes, by language (see :func:`judge_call`)
+IN_PLACE_ADVICE = {
+    "numpy": "write `x = x - mean`, not `x -= mean`, or work on a copy (`x.copy()`)",
+    "torch": "write `x = x * alpha` (a new tensor), not `x.mul_(alpha)` or `x *= alpha`, or "
+    "work on a copy (`x.clone()`)",
+}
+#: advice about a wrong dtype, by language (see :func:`compare`)
+DTYPE_ADVICE = {
+    "numpy": "avoid mixing in float64 arrays or constants, or cast with .astype(x.dtype)",
+    "torch": "avoid mixing in tensors of another dtype (float64 ones from numpy, float32 "
+    "parameters with a half-precision input), or cast the result with .to(x.dtype)",
+}
+#: what a returned array should be, by language
+ARRAY_KIND = {"numpy": "a numpy array", "torch": "a torch tensor"}
+ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
+
+
+def argument_name(index: int, arg_names: Sequence[str] = ()) -> str:
+    """How a message names argument ``index``: ``argument `x` `` or ``second argument``."""
+    if index < len(arg_names):
+        return f"argument `{arg_names[index]}`"
+    return f"{ORDINALS[index]} argument" if index < len(ORDINALS) else f"argument {index + 1}"
 
 
 def fail(message: str, *, cause: BaseException | None = None):
@@ -156,9 +197,23 @@ def observe(fn: Callable, args: Sequence, kwargs: dict):
     return observation
 
 
-def observe_cases(fn: Callable, cases: Sequence[Case]) -> list[Observation]:
-    """Observe ``fn`` on every case (the observing half of a check): one Observation per case."""
-    return [observe(fn, case.args, case.kwargs) for case in cases]
+def observe_cases(
+    fn: Callable, cases: Sequence[Case], record_norm_calls: bool = False
+) -> list[Observation]:
+    """Observe ``fn`` on every case (the observing half of a check): one Observation per case.
+
+    With ``record_norm_calls`` (the norm exercises' numpy functions), the names of torch's own
+    norm ops that ``fn`` called on the way follow as one more observation, the last
+    (:func:`addnorm_lib.checks._torch.norm_calls_observation`); the judge reads it with
+    ``norm_calls=True``.
+    """
+    if not record_norm_calls:
+        return [observe(fn, case.args, case.kwargs) for case in cases]
+    from addnorm_lib.checks._torch import norm_calls_observation, recording_torch_norms
+
+    with recording_torch_norms() as calls:
+        observations = [observe(fn, case.args, case.kwargs) for case in cases]
+    return [*observations, norm_calls_observation(calls)]
 
 
 def malformed(what: str):
@@ -297,11 +352,12 @@ def judge_call(observation: Observation, name: str, case: Case, arg_names: Seque
         )
     index = modified_argument(observation, case)
     if index is not None:
-        argument = arg_names[index] if index < len(arg_names) else f"number {index + 1}"
+        language = language_of(case)
+        kind = "tensor" if language == "torch" else "array"
         fail(
-            f"{name} modified its argument `{argument}` in place (on "
-            f"{case.description}). The caller's array must stay as it was: write `x = x - mean`, "
-            "not `x -= mean`, or work on a copy."
+            f"{name} modified its {argument_name(index, arg_names)} in place (on "
+            f"{case.description}). The caller's {kind} must stay as it was: "
+            f"{IN_PLACE_ADVICE[language]}."
         )
     return observation.value
 
@@ -399,11 +455,12 @@ def compare(
         type_name: the type the learner's code returned, for the message when it is not an array.
     """
     __tracebackhide__ = True
+    language = language_of(case, type_name)
     actual = as_numpy(actual)
     where = f"{name}, on {case.description}"
     if not isinstance(actual, np.ndarray):
         kind = type_name or type(actual).__name__
-        fail(f"{where}: {what} should be a numpy array, but it is a {kind}.")
+        fail(f"{where}: {what} should be {ARRAY_KIND[language]}, but it is a {kind}.")
     if actual.shape != expected.shape:
         mistake = diagnose(actual, expected, mistakes, mistake_args, pick, case.atol, case.rtol)
         fail(
@@ -413,8 +470,7 @@ def compare(
     if actual.dtype != expected.dtype:
         fail(
             f"{where}: {what} has dtype {actual.dtype} but the input was {expected.dtype}. "
-            "Keep the input's dtype: avoid mixing in float64 arrays or constants, or cast with "
-            ".astype(x.dtype)."
+            f"Keep the input's dtype: {DTYPE_ADVICE[language]}."
         )
     if np.allclose(actual, expected, atol=case.atol, rtol=case.rtol):
         return
@@ -468,6 +524,23 @@ def compare_tuple(
         )
 
 
+def without_norm_calls(name: str, observations, count: int, norm_calls: bool, hint: str):
+    """The observations of the ``count`` cases; with ``norm_calls``, after judging the last
+    observation, which names torch's norm ops the code called (CheckFailed if it called one)."""
+    __tracebackhide__ = True
+    if not norm_calls:
+        return observations
+    expect_observations(name, observations, count + 1)
+    from addnorm_lib.checks._torch import judge_norm_calls
+
+    judge_norm_calls(observations[-1], name, hint, language="numpy")
+    return observations[:-1]
+
+
+#: the numpy operations to write a norm with, said to code that calls torch's own norm
+NUMPY_MATH = "x.mean, np.sqrt, ..."
+
+
 def judge_output(
     name: str,
     cases: Sequence[Case],
@@ -475,15 +548,19 @@ def judge_output(
     reference: Callable,
     mistakes: Sequence[Mistake],
     arg_names: Sequence[str] = (),
+    norm_calls: bool = False,
 ) -> str:
     """Judge a norm's recorded outputs ``y``: the reference runs in float64, cast back to x's dtype.
 
     Each case's args are ``(x, *parameters)`` (numpy arrays) and its kwargs ``{"eps": float}``;
     ``reference(*args, eps=eps)`` and each mistake's ``compute(*args, eps)`` return ``y`` (x's
-    shape). ``arg_names`` name the arguments (see :func:`judged_calls`). Raises CheckFailed at the
-    first wrong output; else returns the summary of what passed.
+    shape). ``arg_names`` name the arguments (see :func:`judged_calls`). With ``norm_calls``,
+    the observations end with the norm ops the code called (:func:`observe_cases`), and calling
+    one fails. Raises CheckFailed at the first wrong output; else returns the summary of what
+    passed.
     """
     __tracebackhide__ = True
+    observations = without_norm_calls(name, observations, len(cases), norm_calls, NUMPY_MATH)
     for case, observation, y in judged_calls(name, cases, observations, arg_names):
         x, eps = case.args[0], case.kwargs["eps"]
         as64 = [a.astype(np.float64) for a in case.args]
@@ -508,15 +585,17 @@ def judge_backward(
     names: Sequence[str],
     mistakes: Sequence[Mistake] | Sequence[Sequence[Mistake]],
     arg_names: Sequence[str] = ("dy", "x", "gamma"),
+    norm_calls: bool = False,
 ) -> str:
     """Judge a norm's recorded backward pass: a tuple of gradients named ``names``.
 
     Each case's args are ``(dy, x, gain)`` and its kwargs ``{"eps": float}``;
     ``reference(dy, x, gain, eps=eps)`` returns the gradients, and ``mistakes`` are one catalogue
-    or one per gradient (see :func:`compare_tuple`). Raises CheckFailed at the first wrong
-    gradient; else returns the summary of what passed.
+    or one per gradient (see :func:`compare_tuple`). ``norm_calls`` as in :func:`judge_output`.
+    Raises CheckFailed at the first wrong gradient; else returns the summary of what passed.
     """
     __tracebackhide__ = True
+    observations = without_norm_calls(name, observations, len(cases), norm_calls, NUMPY_MATH)
     for case, observation, grads in judged_calls(name, cases, observations, arg_names):
         compare_tuple(
             observation,
@@ -561,5 +640,5 @@ def judge_gradients(
             expected[what],
             name=name,
             what=f"the gradient of {what}",
-            case=Case(f"{description}, backward by autograd", ()),
+            case=Case(f"{description}, backward by autograd", (), language="torch"),
         )

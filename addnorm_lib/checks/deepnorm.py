@@ -14,6 +14,7 @@ seed on each side, so the judge never touches what the learner's code ran on.
 import numpy as np
 
 from addnorm_lib import lookup
+from addnorm_lib.checks._advice import expect_tensor_like, judged_calls_unchanged
 from addnorm_lib.checks._core import (
     Case,
     MapOf,
@@ -134,6 +135,7 @@ def check_deepnorm_constants(deepnorm_constants, seed: int = 0) -> None:
 # deepnorm_residual(x, sublayer, norm, alpha) -> norm(alpha * x + sublayer(x))
 
 D_MODEL, HEADS, FFN = 8, 2, 16
+RESIDUAL_ARGS = ("x", "sublayer", "norm", "alpha")
 
 
 def _fill_(module, rng) -> None:
@@ -210,9 +212,12 @@ def judge_deepnorm_residual(observations: list[Observation], seed: int = 0) -> s
 
     name = "deepnorm_residual"
     cases = residual_cases(seed)
-    for case, observation, y in judged_calls(name, cases, observations):
+    calls = judged_calls_unchanged(name, cases, observations, RESIDUAL_ARGS, "torch")
+    for case, observation, y in calls:
         with torch.no_grad():
             expected = deepnorm.deepnorm_residual(*case.args).numpy()
+        where, what = f"{name}, on {case.description}", "the output"
+        expect_tensor_like(y, expected, where=where, what=what, type_name=observation.type_name)
         compare(
             y,
             expected,
@@ -223,7 +228,7 @@ def judge_deepnorm_residual(observations: list[Observation], seed: int = 0) -> s
             mistake_args=case.args,
             type_name=observation.type_name,
         )
-    return passed(name, [case.description for case in cases])
+    return passed(name, [*(case.description for case in cases), "leaves its input x unchanged"])
 
 
 def check_deepnorm_residual(deepnorm_residual, seed: int = 0) -> None:
@@ -249,7 +254,12 @@ SCALED_HINT = (
 
 
 def init_layer(seed: int = 0):
-    """A float64 ``LayerParts`` with seeded weights, zero biases and unit norm weights."""
+    """A float64 ``LayerParts`` whose every parameter holds recognisable values.
+
+    Weights are seeded draws; so are the biases (away from 0) and the norms' weights (around 1,
+    away from it) and biases (away from 0): an initializer that scales, zeroes or resets one of
+    the parameters the task leaves alone changes it visibly.
+    """
     import torch
 
     from addnorm_lib.transformer.sublayers import LayerParts
@@ -258,9 +268,14 @@ def init_layer(seed: int = 0):
     rng = np.random.default_rng(seed + 41)
     with torch.no_grad():
         for name, parameter in layer.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                continue  # LayerNorm's 1 and 0, zero biases: as DeepNet's initialization
-            parameter.copy_(torch.from_numpy(rng.normal(0.0, 0.2, tuple(parameter.shape))))
+            shape = tuple(parameter.shape)
+            if "norm" in name and name.endswith("weight"):
+                draw = rng.uniform(1.2, 1.8, shape) * rng.choice([-1.0, 1.0], shape)
+            elif name.endswith("bias"):
+                draw = rng.uniform(0.1, 0.5, shape) * rng.choice([-1.0, 1.0], shape)
+            else:
+                draw = rng.normal(0.0, 0.2, shape)
+            parameter.copy_(torch.from_numpy(draw))
     return layer
 
 
@@ -340,6 +355,82 @@ def _judge_same_parameters(observation) -> None:
         )
 
 
+def _factor(after: np.ndarray, before: np.ndarray) -> float | None:
+    """The number c with ``after == c * before`` (to 1e-9), or None if there is none."""
+    scale = float(np.vdot(before, after) / np.vdot(before, before))
+    return scale if np.allclose(after, scale * before, rtol=1e-9, atol=1e-12) else None
+
+
+def _correlation(after: np.ndarray, before: np.ndarray) -> float:
+    """Pearson correlation of the entries of two arrays of one shape (0 if either is constant)."""
+    a, b = after.ravel() - after.mean(), before.ravel() - before.mean()
+    denominator = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return float(a @ b) / denominator if denominator > 0 else 0.0
+
+
+def _what_scaled_weight_became(key: str, after, before, beta: float, where: str) -> str:
+    """The message for a weight DeepNet scales that is not beta times its value: what it is."""
+    factor = _factor(after, before)
+    fix = "Hint: with torch.no_grad(): weight.mul_(beta), once per weight."
+    if factor is not None and np.isclose(factor, 1.0, rtol=1e-9):
+        return f"{where}: {key} was not scaled.\nHint: {SCALED_HINT}"
+    if factor is not None and np.isclose(factor, 1.0 / beta, rtol=1e-9):
+        return (
+            f"{where}: {key} was divided by beta; DeepNet multiplies it by beta (< 1), to make "
+            "the sublayers' initial updates small."
+        )
+    if factor is not None and np.isclose(factor, beta**2, rtol=1e-9):
+        return (
+            f"{where}: {key} was multiplied by beta twice (by beta ** 2 = {beta**2:.4g}): "
+            f"scale each weight once.\n{fix}"
+        )
+    if factor is not None:
+        return f"{where}: {key} was multiplied by {factor:.4g}, not by beta = {beta:g}.\n{fix}"
+    if abs(_correlation(after, before)) < 0.5:
+        return (
+            f"{where}: {key} holds new numbers, unrelated to its values before the call (as "
+            "when a weight is re-initialized, e.g. with nn.init.xavier_normal_): this exercise "
+            f"scales the existing weights in place.\n{fix}"
+        )
+    return (
+        f"{where}: {key} changed, but not to a multiple of its values before the call: scale "
+        f"every entry by the same beta.\n{fix}"
+    )
+
+
+def _what_kept_parameter_became(key: str, after, before, beta: float, where: str) -> str:
+    """The message for a parameter the task leaves alone that changed: what became of it."""
+    factor = _factor(after, before)
+    by_beta = factor is not None and np.isclose(factor, beta, rtol=1e-9)
+    if by_beta and key in ("self_attn.q_proj.weight", "self_attn.k_proj.weight"):
+        return (
+            f"{where}: you scaled {key} by beta. DeepNet leaves the query and key "
+            "projections as they are: they only set the attention pattern (through the "
+            f"softmax), not the size of the sublayer's output.\nHint: {SCALED_HINT}"
+        )
+    if by_beta:
+        leave = (
+            "the norms" if "norm" in key else "the biases" if key.endswith("bias") else "the rest"
+        )
+        return (
+            f"{where}: you scaled {key} by beta. DeepNet scales four weight matrices only; "
+            f"{leave} keep their values.\nHint: {SCALED_HINT}"
+        )
+    if not after.any():
+        return (
+            f"{where}: you set {key} to zero. The task leaves everything but the four scaled "
+            "weights as it is, whatever its value (the check's biases and norms are not 0 or "
+            f"1).\nHint: {SCALED_HINT}"
+        )
+    if np.all(after == 1.0):
+        return (
+            f"{where}: you set {key} to one. The task leaves everything but the four scaled "
+            "weights as it is, whatever its value (the check's biases and norms are not 0 or "
+            f"1).\nHint: {SCALED_HINT}"
+        )
+    return f"{where}: {key} should not change, but it did.\nHint: {SCALED_HINT}"
+
+
 def _judge_init_state(state: dict, original: dict, beta: float) -> None:
     __tracebackhide__ = True
     from addnorm_lib.reference.deepnorm import DEEPNORM_SCALED
@@ -348,9 +439,15 @@ def _judge_init_state(state: dict, original: dict, beta: float) -> None:
     where = f"{name}(layer, beta={beta})"
     conform(state, MapOf(np.ndarray), "state_dict")
     if sorted(state) != sorted(original):
+        missing, added = sorted(set(original) - set(state)), sorted(set(state) - set(original))
         fail(
-            f"{where} changed the layer's parameters: its state_dict keys are now "
-            f"{sorted(state)}. Scale the existing weights in place; do not add or remove any."
+            f"{where} changed which parameters the layer has: "
+            + "; ".join(
+                f"{label} {', '.join(keys)}"
+                for label, keys in (("it no longer has", missing), ("it now has", added))
+                if keys
+            )
+            + ". Scale the existing weights in place; do not add or remove any."
         )
     scaled = {f"{path}.weight" for path in DEEPNORM_SCALED}
     for key, before in original.items():
@@ -360,30 +457,9 @@ def _judge_init_state(state: dict, original: dict, beta: float) -> None:
             continue
         if after.shape != before.shape:
             fail(f"{where}: {key} changed shape from {before.shape} to {after.shape}.")
-        if key in scaled and np.allclose(after, before, rtol=1e-9, atol=0):
-            fail(f"{where}: {key} was not scaled.\nHint: {SCALED_HINT}")
-        if key in scaled and np.allclose(after, before / beta, rtol=1e-9, atol=0):
-            fail(
-                f"{where}: {key} was divided by beta; DeepNet multiplies it by beta (< 1), "
-                "to make the sublayers' initial updates small."
-            )
-        if key.startswith(("self_attn.q_proj", "self_attn.k_proj")) and np.allclose(
-            after, beta * before, rtol=1e-9, atol=0
-        ):
-            fail(
-                f"{where}: you scaled {key} by beta. DeepNet leaves the query and key "
-                "projections as they are: they only set the attention pattern (through the "
-                f"softmax), not the size of the sublayer's output.\nHint: {SCALED_HINT}"
-            )
-        if key not in scaled and "weight" in key and np.allclose(after, beta * before, rtol=1e-9):
-            fail(f"{where}: you scaled {key} by beta.\nHint: {SCALED_HINT}")
         if key in scaled:
-            fail(
-                f"{where}: {key} changed, but not to beta times its value. Re-initializing it "
-                "draws new numbers; this exercise scales the existing Xavier-initialized "
-                "weights in place.\nHint: with torch.no_grad(): weight.mul_(beta)."
-            )
-        fail(f"{where}: {key} should not change, but it did.\nHint: {SCALED_HINT}")
+            fail(_what_scaled_weight_became(key, after, before, beta, where))
+        fail(_what_kept_parameter_became(key, after, before, beta, where))
 
 
 def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
@@ -410,7 +486,8 @@ def judge_deepnorm_init(observations: dict, seed: int = 0) -> str:
         "deepnorm_init_",
         [
             "scales ffn.fc1, ffn.fc2, self_attn.v_proj and self_attn.out_proj by beta, in place",
-            "leaves the query and key projections, the biases and the norms unchanged",
+            "leaves the query and key projections, the biases and the norms unchanged (each "
+            "set away from 0 and 1 before the call)",
             "keeps every Parameter object (an optimizer made before still trains them)",
             "returns the layer it was given",
             f"for beta in {INIT_BETAS}",

@@ -9,19 +9,14 @@ in the notebook; when grading, the kernel only observes and the grader judges in
 ``addnorm_lib.reference.mistakes``) are imported by judges only: a graded kernel cannot see them.
 """
 
-import contextlib
 from dataclasses import dataclass
 
 import numpy as np
 
 from addnorm_lib.checks._core import (
-    PLAIN,
     Case,
-    ListOf,
-    MapOf,
     Observation,
     compare,
-    conform,
     expect_keys,
     fail,
     judge_backward,
@@ -30,15 +25,25 @@ from addnorm_lib.checks._core import (
     observe,
     observe_cases,
     passed,
-    plain,
 )
 from addnorm_lib.checks._record import run_check
 from addnorm_lib.checks._torch import (
+    NON_CONTIGUOUS_HINT,
+    NORM_CALLS,
     NOT_CALLING_TORCH_NORMS,
-    TORCH_NORM_CALLED,
+    LowPrecisionInput,
+    ModuleTask,
+    describe_module,
+    half_output,
+    judge_construction,
+    judge_low_precision,
+    judge_norm_calls,
     judge_round_trip,
+    judge_state,
+    judge_structure,
+    norm_calls_observation,
     recorded_state,
-    torch_norms_forbidden,
+    recording_torch_norms,
 )
 
 # float32 input whose mean is 1e3 times its spread: a two-pass variance stays within ~1e-4 of the
@@ -119,12 +124,18 @@ def layer_norm_cases(seed: int = 0) -> list[Case]:
             rng.normal(size=(5, 5)),
             hint=SQUARE_HINT,
         ),
+        case(
+            "eps=0 with rows of variance about 1e-6",
+            rng.normal(1.0, 1e-3, (3, 8)),
+            eps=0.0,
+            hint="eps=0 is a valid value: add the eps you are given, whatever it is.",
+        ),
     ]
 
 
 def observe_layer_norm(layer_norm, seed: int = 0) -> list[Observation]:
     """Run a learner's ``layer_norm`` on every case; record what it did."""
-    return observe_cases(layer_norm, layer_norm_cases(seed))
+    return observe_cases(layer_norm, layer_norm_cases(seed), record_norm_calls=True)
 
 
 def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
@@ -143,6 +154,7 @@ def judge_layer_norm(observations: list[Observation], seed: int = 0) -> str:
         norms.layer_norm,
         mistakes.LAYER_NORM_MISTAKES,
         ("x", "gamma", "beta"),
+        norm_calls=True,
     )
 
 
@@ -197,7 +209,9 @@ def layer_norm_backward_cases(seed: int = 0) -> list[Case]:
 
 def observe_layer_norm_backward(layer_norm_backward, seed: int = 0) -> list[Observation]:
     """Observe ``layer_norm_backward`` on each case of :func:`layer_norm_backward_cases`."""
-    return observe_cases(layer_norm_backward, layer_norm_backward_cases(seed))
+    return observe_cases(
+        layer_norm_backward, layer_norm_backward_cases(seed), record_norm_calls=True
+    )
 
 
 def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) -> str:
@@ -221,6 +235,7 @@ def judge_layer_norm_backward(observations: list[Observation], seed: int = 0) ->
         norms.layer_norm_backward,
         ("dx", "dgamma", "dbeta"),
         known,
+        norm_calls=True,
     )
 
 
@@ -238,6 +253,11 @@ def check_layer_norm_backward(layer_norm_backward, seed: int = 0) -> None:
 
 # ----------------------------------------------------------------------------------------------
 # The torch module LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)
+#
+# The task asks for torch.nn.LayerNorm's constructor and parameter names, so that a state_dict
+# moves between the two, and for the math written by hand. The check reads what the task asks
+# for and nothing else: outputs, gradients, the state_dict, and the norm ops the module called;
+# never attributes such as normalized_shape or eps, which a module may store as it likes.
 
 BATCH, TIME, FEATURES = 2, 3, 5
 # configuration name: (constructor arguments, keyword arguments, parameter names, parameter shape)
@@ -247,7 +267,30 @@ MODULE_CONFIGS = {
     "tuple": (((TIME, FEATURES),), {}, ("weight", "bias"), (TIME, FEATURES)),
     "no_bias": ((FEATURES,), {"bias": False}, ("weight",), (FEATURES,)),
     "no_affine": ((FEATURES,), {"elementwise_affine": False}, (), (FEATURES,)),
+    "eps0": ((FEATURES,), {"eps": 0.0}, ("weight", "bias"), (FEATURES,)),
 }
+# half-precision inputs, in the order judged: name -> how the module and its input are made
+HALF_INPUTS = {
+    "bfloat16": LowPrecisionInput(
+        "bfloat16",
+        "a bfloat16 (B, T, C) input with mean 50 and standard deviation 1, module converted "
+        "with .to(torch.bfloat16)",
+    ),
+    "float16_mixed": LowPrecisionInput(
+        "float16",
+        "a float16 (B, T, C) input to a module whose parameters stay float32 (as under autocast)",
+        mixed=True,
+    ),
+}
+HALF_OFFSET = 50.0
+MODULE_TASK = ModuleTask(
+    name="LayerNorm",
+    torch_class="torch.nn.LayerNorm",
+    signature="torch.nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)",
+    state_hint="register nn.Parameter attributes named exactly like torch's (weight, bias), of "
+    "shape normalized_shape, or register_parameter('bias', None) when there is no bias.",
+    math_hint="mean, subtraction, sqrt, ...",
+)
 
 
 @dataclass(frozen=True)
@@ -259,6 +302,9 @@ class ModuleInputs:
     upstream: np.ndarray  # (B, T, C) gradient for the backward check
     x_eps: np.ndarray  # (4, C) for the eps=0.1 check
     parameters: dict  # configuration -> {parameter name: float64 array}
+    x_eps0: np.ndarray  # (4, C), variance about 1e-6, for the eps=0 check
+    x_transposed: np.ndarray  # (B, C, T): the module gets its transpose, a non-contiguous view
+    x_half: dict  # HALF_INPUTS name -> (B, T, C) float64 values, cast to its dtype
 
 
 def module_inputs(seed: int = 0) -> ModuleInputs:
@@ -274,7 +320,20 @@ def module_inputs(seed: int = 0) -> ModuleInputs:
         upstream=rng.normal(size=(BATCH, TIME, FEATURES)),
         x_eps=rng.normal(size=(4, FEATURES)),
         parameters=parameters,
+        x_eps0=rng.normal(1.0, 1e-3, (4, FEATURES)),
+        x_transposed=rng.normal(1.0, 2.0, (BATCH, FEATURES, TIME)),
+        x_half={
+            "bfloat16": rng.normal(HALF_OFFSET, 1.0, (BATCH, TIME, FEATURES)),
+            "float16_mixed": rng.normal(1.0, 2.0, (BATCH, TIME, FEATURES)),
+        },
     )
+
+
+def config_call(config: str) -> str:
+    """How a message names the constructor call of ``config``, e.g. ``LayerNorm(5, eps=0.1)``."""
+    args, kwargs, _, _ = MODULE_CONFIGS[config]
+    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
+    return f"LayerNorm({', '.join(shown)})"
 
 
 def _recorded(step) -> Observation:
@@ -283,11 +342,14 @@ def _recorded(step) -> Observation:
 
 
 def observe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True) -> dict:
-    """Exercise a LayerNorm class the way the judge needs; record every result as plain data."""
+    """Exercise a LayerNorm class the way the judge needs; record every result as plain data.
+
+    With ``forbid_torch_norms`` (for every module but torch's own, the reference), the names of
+    torch's norm ops that the module called are recorded under :data:`NORM_CALLS`.
+    """
     import torch
 
     inputs = module_inputs(seed)
-    guard = torch_norms_forbidden if forbid_torch_norms else contextlib.nullcontext
     tensor = torch.from_numpy
 
     def construct(config):
@@ -300,34 +362,10 @@ def observe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
         module.load_state_dict(state)
         return module
 
-    def describe(config):
-        module = construct(config)
-        attributes = {
-            a: getattr(module, a, "<missing>")
-            for a in ("normalized_shape", "eps", "elementwise_affine")
-        }
-        attributes = {
-            k: v if isinstance(v, str | bool | int | float) else plain(v)
-            for k, v in attributes.items()
-        }
-        state = module.state_dict()
-        return {
-            "is_module": isinstance(module, torch.nn.Module),
-            "subclasses_torch": isinstance(module, torch.nn.LayerNorm),
-            "attributes": attributes,
-            "state": {k: list(v.shape) for k, v in state.items()},
-            "parameters": [name for name, _ in module.named_parameters()],
-            "initial": {k: v.detach().double().numpy() for k, v in state.items()},
-        }
-
-    def forward(module, x):
-        with guard():
-            return module(x)
-
     def gradients():
         module = loaded("default")
         x = tensor(inputs.x.copy()).requires_grad_(True)
-        (forward(module, x) * tensor(inputs.upstream)).sum().backward()
+        (module(x) * tensor(inputs.upstream)).sum().backward()
         grads = {"input": x.grad, "weight": module.weight.grad, "bias": module.bias.grad}
         return {k: None if g is None else g.numpy() for k, g in grads.items()}
 
@@ -335,19 +373,58 @@ def observe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
         return recorded_state(loaded("default"))
 
     observations = {}
-    for config in MODULE_CONFIGS:
-        observations[f"describe:{config}"] = _recorded(lambda c=config: describe(c))
-        observations[f"load:{config}"] = _recorded(lambda c=config: loaded(c) is not None)
-        x = inputs.x_eps if config == "eps" else inputs.x
-        observations[f"forward:{config}"] = _recorded(
-            lambda c=config, x=x: forward(loaded(c), tensor(x.copy()))
+    with recording_torch_norms(forbid_torch_norms) as calls:
+        for config in MODULE_CONFIGS:
+            observations[f"describe:{config}"] = _recorded(
+                lambda c=config: describe_module(construct(c), torch.nn.LayerNorm)
+            )
+            observations[f"load:{config}"] = _recorded(lambda c=config: loaded(c) is not None)
+            x = {"eps": inputs.x_eps, "eps0": inputs.x_eps0}.get(config, inputs.x)
+            observations[f"forward:{config}"] = _recorded(
+                lambda c=config, x=x: loaded(c)(tensor(x.copy()))
+            )
+        observations["forward:float32"] = _recorded(
+            lambda: loaded("default").float()(tensor(inputs.x32.copy()))
         )
-    observations["forward:float32"] = _recorded(
-        lambda: forward(loaded("default").float(), tensor(inputs.x32.copy()))
-    )
-    observations["gradients"] = _recorded(gradients)
-    observations["round_trip"] = _recorded(round_trip)
+        observations["forward:noncontiguous"] = _recorded(
+            lambda: loaded("default")(tensor(inputs.x_transposed.copy()).transpose(1, 2))
+        )
+        for name, spec in HALF_INPUTS.items():
+            observations[f"half:{name}"] = _recorded(
+                lambda name=name, spec=spec: half_output(
+                    _half_module(loaded("default"), spec)(
+                        tensor(inputs.x_half[name]).to(getattr(torch, spec.dtype))
+                    )
+                )
+            )
+        observations["gradients"] = _recorded(gradients)
+        observations["round_trip"] = _recorded(round_trip)
+    observations[NORM_CALLS] = norm_calls_observation(calls)
     return observations
+
+
+def _half_module(module, spec: LowPrecisionInput):
+    """``module`` as the half-precision input ``spec`` meets it: converted, or float32."""
+    import torch
+
+    return module.float() if spec.mixed else module.to(getattr(torch, spec.dtype))
+
+
+def _in_input_dtype(name: str, seed: int) -> list[np.ndarray]:
+    """LayerNorm computed in the dtype of half-precision input ``name`` (float64 values), the
+    variance in two passes around the rounded mean or by torch.var: what a module that never
+    upcasts returns."""
+    import torch
+
+    inputs, spec = module_inputs(seed), HALF_INPUTS[name]
+    dtype = getattr(torch, spec.dtype)
+    x = torch.from_numpy(inputs.x_half[name]).to(dtype)
+    weight, bias = (torch.from_numpy(p).to(dtype) for p in inputs.parameters["default"].values())
+    mean = x.mean(-1, keepdim=True)
+    variances = (((x - mean) ** 2).mean(-1, keepdim=True), x.var(-1, correction=0, keepdim=True))
+    return [
+        ((x - mean) / torch.sqrt(var + 1e-5) * weight + bias).double().numpy() for var in variances
+    ]
 
 
 def _reference_module_observations(seed):
@@ -356,16 +433,6 @@ def _reference_module_observations(seed):
     return observe_layer_norm_module(torch.nn.LayerNorm, seed, forbid_torch_norms=False)
 
 
-# What a constructed module's description holds (see describe in observe_layer_norm_module);
-# RMSNorm's module is described the same way
-DESCRIPTION = {
-    "is_module": bool,
-    "subclasses_torch": bool,
-    "attributes": dict.fromkeys(("normalized_shape", "eps", "elementwise_affine"), PLAIN),
-    "state": MapOf(ListOf(int)),
-    "parameters": ListOf(str),
-    "initial": MapOf(np.ndarray),
-}
 # What only the kernel knows: a record can fail on it, never earn a point by it
 UNVERIFIED = {
     "check_layer_norm_module": (
@@ -376,79 +443,34 @@ UNVERIFIED = {
 }
 
 
-def _judge_describe(observation, config, checked):
+def _forward_value(observations, reference, key, description, info) -> Observation:
+    """The observation of one recorded forward pass, or CheckFailed if it raised (or if torch's
+    state_dict did not load: ``info`` describes the learner's module of the same configuration,
+    to say why)."""
     __tracebackhide__ = True
-    args, kwargs, names, shape = MODULE_CONFIGS[config]
-    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-    call = f"LayerNorm({', '.join(shown)})"
-    if observation.not_implemented:
-        fail(f"{call} is not implemented yet: replace the stub with your code.")
-    if observation.error:
-        fail(
-            f"{call} raised {observation.error}\nHint: the constructor mirrors "
-            "torch.nn.LayerNorm(normalized_shape, eps=1e-5, elementwise_affine=True, bias=True)."
-        )
-    conform(observation.value, DESCRIPTION, "description")
-    info = observation.value
-    if not info["is_module"]:
-        fail("LayerNorm must be a torch.nn.Module subclass.")
-    if info["subclasses_torch"]:
-        fail(
-            "Your LayerNorm subclasses torch.nn.LayerNorm; subclass torch.nn.Module and write the "
-            "math yourself."
-        )
-    if config == "default":
-        expected = {"normalized_shape": [FEATURES], "eps": 1e-5, "elementwise_affine": True}
-        for attribute, value in expected.items():
-            if info["attributes"][attribute] != value:
-                shown = tuple(value) if isinstance(value, list) else value
-                actual = info["attributes"][attribute]
-                fail(
-                    f"LayerNorm({FEATURES}).{attribute} should be {shown!r} (as in "
-                    f"torch.nn.LayerNorm), but it is {actual!r}."
-                )
-    if sorted(info["state"]) != sorted(names):
-        fail(
-            f"{call}.state_dict() has keys {sorted(info['state'])}, but torch.nn.LayerNorm's are "
-            f"{sorted(names)}. Register nn.Parameter attributes named exactly like torch's "
-            "(weight, bias), or register_parameter('bias', None) when there is no bias."
-        )
-    for key in names:
-        if key not in info["parameters"]:
-            fail(
-                f"{call}.{key} is in the state_dict but is not an nn.Parameter, so an optimizer "
-                "would never train it: wrap it in nn.Parameter."
-            )
-        if tuple(info["state"][key]) != shape:
-            fail(f"{call}.{key} has shape {tuple(info['state'][key])}; it should be {shape}.")
-    if config == "default":
-        initial = info["initial"]
-        if not (np.all(initial["weight"] == 1) and np.all(initial["bias"] == 0)):
-            fail(
-                "A new LayerNorm should start with weight = 1 and bias = 0, as torch.nn.LayerNorm."
-            )
-        checked.append("constructor, attributes and parameters as torch.nn.LayerNorm")
-
-
-def _judge_forward(observations, reference, key, description, atol=1e-8, mistake_args=()):
-    __tracebackhide__ = True
-    from addnorm_lib.reference import mistakes
-
-    config = key.split(":")[1]
-    load = observations.get(f"load:{config}", Observation(value=True))
+    config = key.split(":")[1] if key.split(":")[1] in MODULE_CONFIGS else "default"
+    load = observations[f"load:{config}"]
     if load.error:
-        fail(f"LayerNorm.load_state_dict(torch.nn.LayerNorm's state_dict) failed: {load.error}")
+        expected = reference[f"describe:{config}"].value
+        judge_state(info, expected, MODULE_TASK, config_call(config))
+        fail(f"{config_call(config)}.load_state_dict(torch.nn.LayerNorm's) raised {load.error}")
     observation = observations[key]
-    if observation.error and TORCH_NORM_CALLED in observation.error:
-        fail(
-            "Your LayerNorm calls torch's own normalization function. The point of the exercise "
-            "is to write the math yourself with tensor operations (mean, subtraction, sqrt, ...)."
-        )
     if observation.not_implemented:
         fail("LayerNorm.forward is not implemented yet: replace the stub with your code.")
     if observation.error:
-        fail(f"LayerNorm.forward raised {observation.error} on {description}")
-    case = Case(description, (), atol=atol, rtol=1e-6 if atol < 1e-6 else 0.0)
+        hint = f"\nHint: {NON_CONTIGUOUS_HINT}" if key == "forward:noncontiguous" else ""
+        fail(f"LayerNorm.forward raised {observation.error} on {description}{hint}")
+    return observation
+
+
+def _judge_forward(observations, reference, key, description, info, atol=1e-8, mistake_args=()):
+    """Compare one recorded forward pass with torch's (see :func:`_forward_value`)."""
+    __tracebackhide__ = True
+    from addnorm_lib.reference import mistakes
+
+    observation = _forward_value(observations, reference, key, description, info)
+    rtol = 1e-6 if atol < 1e-6 else 0.0
+    case = Case(description, (), atol=atol, rtol=rtol, language="torch")
     compare(
         observation.value,
         reference[key].value,
@@ -462,7 +484,13 @@ def _judge_forward(observations, reference, key, description, atol=1e-8, mistake
 
 
 def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
-    """Compare a recorded LayerNorm module with torch.nn.LayerNorm observed the same way."""
+    """Compare a recorded LayerNorm module with torch.nn.LayerNorm observed the same way.
+
+    In this order: that it is constructed and hand-written (an nn.Module, not a subclass of
+    torch's, calling none of torch's norm ops); then the numbers (outputs, gradients, each
+    constructor option), so that no question of structure hides a wrong number; then its
+    state_dict (nn.Parameters, initial values) and that torch's LayerNorm loads it.
+    """
     __tracebackhide__ = True
     import torch
 
@@ -471,42 +499,88 @@ def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
     inputs = module_inputs(seed)
     checked = []
 
+    def construction(config):
+        return judge_construction(
+            observations[f"describe:{config}"], MODULE_TASK, config_call(config)
+        )
+
     def mistake_args(config, x):
         parameters = inputs.parameters[config]
         eps = MODULE_CONFIGS[config][1].get("eps", 1e-5)
         return (x, parameters["weight"], parameters["bias"], eps)
 
-    def forward(key, description, **options):
-        _judge_forward(observations, reference, key, description, **options)
+    def forward(key, description, info, **options):
+        _judge_forward(observations, reference, key, description, info, **options)
 
     shape = (BATCH, TIME, FEATURES)
-    _judge_describe(observations["describe:default"], "default", checked)
+    described = {"default": construction("default")}
+    judge_norm_calls(observations[NORM_CALLS], "LayerNorm", MODULE_TASK.math_hint)
     default_args = mistake_args("default", inputs.x)
-    forward("forward:default", f"a (B, T, C) = {shape} float64 input", mistake_args=default_args)
+    forward(
+        "forward:default",
+        f"a (B, T, C) = {shape} float64 input",
+        described["default"],
+        mistake_args=default_args,
+    )
     checked.append("loads a torch.nn.LayerNorm state_dict and matches it in float64")
-    forward("forward:float32", "a float32 (B, T, C) input", atol=1e-5)
+    forward("forward:float32", "a float32 (B, T, C) input", described["default"], atol=1e-5)
     checked.append("keeps float32 as float32 and matches torch")
+    forward(
+        "forward:noncontiguous",
+        f"a non-contiguous (B, T, C) = {shape} float64 input (a transposed view)",
+        described["default"],
+    )
+    checked.append("takes a non-contiguous input (a transposed view)")
+    for name, spec in HALF_INPUTS.items():
+        key = f"half:{name}"
+        _forward_value(observations, reference, key, spec.description, described["default"])
+        judge_low_precision(
+            observations[key], reference[key].value, spec, "LayerNorm", _in_input_dtype(name, seed)
+        )
+    checked.append(
+        "bfloat16 input (module converted) and float16 input (parameters float32, as under "
+        "autocast): returns the input's dtype, within 2 machine epsilons of torch's (computed "
+        "in float32)"
+    )
 
     judge_gradients(
         observations["gradients"], reference["gradients"], "LayerNorm", "a float64 (B, T, C) input"
     )
     checked.append("gradients of input, weight and bias match torch's")
 
-    _judge_describe(observations["describe:eps"], "eps", checked)
+    described["eps"] = construction("eps")
     eps_args = mistake_args("eps", inputs.x_eps)
-    forward("forward:eps", "eps=0.1 with a (4, 5) input", mistake_args=eps_args)
+    forward("forward:eps", "eps=0.1 with a (4, 5) input", described["eps"], mistake_args=eps_args)
     checked.append("uses its eps argument")
-    _judge_describe(observations["describe:tuple"], "tuple", checked)
+    described["eps0"] = construction("eps0")
+    eps0_args = mistake_args("eps0", inputs.x_eps0)
+    forward(
+        "forward:eps0",
+        "eps=0 with a (4, 5) input whose rows have variance about 1e-6",
+        described["eps0"],
+        mistake_args=eps0_args,
+    )
+    checked.append("eps=0 means no eps")
+    described["tuple"] = construction("tuple")
     forward(
         "forward:tuple",
         f"normalized_shape=({TIME}, {FEATURES}) on a {inputs.x.shape} input "
         "(statistics over the last two axes)",
+        described["tuple"],
     )
     checked.append("a tuple normalized_shape normalizes over the last len(normalized_shape) axes")
-    for config, text in [("no_bias", "bias=False"), ("no_affine", "elementwise_affine=False")]:
-        _judge_describe(observations[f"describe:{config}"], config, checked)
-        forward(f"forward:{config}", f"LayerNorm({FEATURES}, {text}) on a (B, T, C) input")
+    for config in ("no_bias", "no_affine"):
+        described[config] = construction(config)
+        forward(
+            f"forward:{config}", f"{config_call(config)} on a (B, T, C) input", described[config]
+        )
     checked.append("bias=False and elementwise_affine=False as in torch")
+
+    for config, info in described.items():
+        judge_structure(
+            info, reference[f"describe:{config}"].value, MODULE_TASK, config_call(config)
+        )
+    checked.append("state_dict keys and shapes, nn.Parameters and initial values as torch's")
     judge_round_trip(observations["round_trip"], torch.nn.LayerNorm(FEATURES, dtype=torch.float64))
     checked.append("its state_dict loads into torch.nn.LayerNorm")
 
@@ -516,9 +590,10 @@ def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
 def check_layer_norm_module(cls, seed: int = 0) -> None:
     """Check a learner's torch ``LayerNorm`` class against ``torch.nn.LayerNorm``.
 
-    Construction and attributes, parameter names and shapes, loading torch's state_dict both ways,
-    forward in float64 and float32 on (B, T, C) input, a custom eps, a tuple normalized_shape,
-    gradients against torch's, and that torch's own norm functions are not called.
+    Outputs in float64 and float32 on (B, T, C) input after loading torch's state_dict, gradients
+    against torch's, a custom eps, a tuple normalized_shape, bias=False and
+    elementwise_affine=False; then the state_dict (parameter names, shapes, initial values) both
+    ways; and that the module calls none of torch's own norm ops.
     """
     __tracebackhide__ = True
     run_check(

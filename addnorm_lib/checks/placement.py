@@ -15,12 +15,14 @@ norm1 from norm2. Sublayers and inputs are rebuilt from the seed on each side.
 
 import numpy as np
 
+from addnorm_lib.checks._advice import expect_tensor_like
 from addnorm_lib.checks._core import (
     Case,
     ListOf,
     Observation,
     compare,
     conform,
+    diagnose,
     expect_keys,
     fail,
     judged_calls,
@@ -32,6 +34,10 @@ from addnorm_lib.checks._record import run_check
 
 D_MODEL, HEADS, FFN = 8, 2, 16
 BLOCK_OBSERVATIONS = ("keys", "fresh", "loaded", "input_after")
+BLOCK_FORWARD_HINT = (
+    "Each sublayer and each norm maps a (B, T, C) tensor to one of the same shape: call them "
+    "as self.self_attn(...), self.ffn(...), self.norm1(...) and self.norm2(...) on the stream."
+)
 BLOCK_KEYS_HINT = (
     "Keep the sublayers you are given as self.self_attn and self.ffn, and name the two "
     "LayerNorms norm1 and norm2, as torch.nn.TransformerEncoderLayer does."
@@ -105,6 +111,29 @@ def observe_block(cls, seed: int = 0) -> dict:
     return {name: observe(step, (), {}) for name, step in steps}
 
 
+def _key_differences(mine: list[str], expected: list[str]) -> str:
+    """What a module's state_dict keys lack and have beyond ``expected``, by submodule where a
+    whole submodule is missing or extra (``"no self_attn.* (it has attn.* instead)"``)."""
+
+    def tops(keys):
+        return {key.split(".")[0] for key in keys}
+
+    missing_tops, extra_tops = tops(expected) - tops(mine), tops(mine) - tops(expected)
+    missing = [k for k in expected if k not in mine and k.split(".")[0] not in missing_tops]
+    extra = [k for k in mine if k not in expected and k.split(".")[0] not in extra_tops]
+    parts = []
+    if missing_tops or missing:
+        parts.append(
+            "it has no " + ", ".join([*(f"{t}.*" for t in sorted(missing_tops)), *missing])
+        )
+    if extra_tops or extra:
+        parts.append(
+            "it has " + ", ".join([*(f"{t}.*" for t in sorted(extra_tops)), *extra]) + ", which "
+            "the task does not name"
+        )
+    return "; ".join(parts)
+
+
 def _token_statistics(y: np.ndarray) -> tuple[float, float]:
     """Largest |mean| and largest |variance - 1| over the tokens of a (B, T, C) output."""
     return float(np.abs(y.mean(-1)).max()), float(np.abs(y.var(-1) - 1.0).max())
@@ -122,7 +151,7 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
         observation = observations[key]
         if observation.not_implemented:
             fail(f"{name} is not implemented yet: replace the stub with your code.")
-        if observation.error:
+        if observation.error and key == "keys":
             fail(
                 f"{name}(self_attn, ffn, d_model={D_MODEL}) raised {observation.error}\n"
                 f"Hint: {BLOCK_KEYS_HINT}"
@@ -133,12 +162,23 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
     expected_keys = sorted(reference.state_dict())
     conform(observations["keys"].value, ListOf(str), "state_dict keys")
     if observations["keys"].value != expected_keys:
-        mine = [k for k in observations["keys"].value if "norm" in k]
         fail(
-            f"{name}'s state_dict has the norm parameters {mine}; expected norm1.weight, "
-            f"norm1.bias, norm2.weight, norm2.bias next to the sublayers' parameters.\n"
+            f"{name}'s state_dict is not as the task names it: "
+            f"{_key_differences(observations['keys'].value, expected_keys)}.\n"
             f"Hint: {BLOCK_KEYS_HINT}"
         )
+    for key in BLOCK_OBSERVATIONS[1:]:  # built and named as asked, then raised
+        error = observations[key].error
+        if error and "loading state_dict" in error:
+            fail(
+                f"Loading the norms' weights and biases into {name} (load_state_dict) raised "
+                f"{error}\nHint: create each norm as nn.LayerNorm(d_model). {BLOCK_KEYS_HINT}"
+            )
+        if error:
+            fail(
+                f"{name}'s forward raised {error} on a (B, T, C) = (2, 5, {D_MODEL}) float64 "
+                f"input.\nHint: {BLOCK_FORWARD_HINT}"
+            )
     checked = ["keeps the sublayers and names its norms norm1 and norm2"]
 
     fresh = np.asarray(observations["fresh"].value)
@@ -147,6 +187,34 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
             f"{name} returned shape {fresh.shape} for a (B, T, C) = {tuple(x.shape)} input; a "
             "block keeps the shape."
         )
+    state = reference.state_dict()
+    state.update({k: torch.from_numpy(v) for k, v in norm_state.items()})
+    reference.load_state_dict(state)
+    with torch.no_grad():
+        expected = reference(x).numpy()
+    known = mistakes.POST_LN_BLOCK_MISTAKES if post else mistakes.PRE_LN_BLOCK_MISTAKES
+    mistake_args = (x, self_attn, ffn, reference.norm1, reference.norm2)
+    loaded = observations["loaded"].value
+    case = Case(
+        f"a (B, T, C) = {tuple(x.shape)} input of RMS about 3, norm1 and norm2 loaded with "
+        "different weights and biases",
+        (),
+        atol=1e-10,
+        rtol=1e-8,
+    )
+
+    def named(default_hint: str) -> str:
+        """The named mistake the loaded output matches, else ``default_hint``, as the message's
+        last lines."""
+        mistake = (
+            diagnose(loaded, expected, known, mistake_args, atol=case.atol, rtol=case.rtol)
+            if isinstance(loaded, np.ndarray) and loaded.shape == expected.shape
+            else None
+        )
+        if mistake is None:
+            return f"Hint: {default_hint}"
+        return f"{mistake.diagnosis}\nHint: {mistake.hint}"
+
     mean_error, var_error = _token_statistics(fresh)
     described = (
         f"a (B, T, C) = {tuple(x.shape)} input of RMS about 3, norms freshly "
@@ -157,14 +225,14 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
             f"{name}, on {described}: its output tokens are not normalized (per-token mean up to "
             f"{mean_error:.3g} from 0, variance up to {var_error:.3g} from 1). A Post-LN block "
             "ends with a LayerNorm of the sum, so every token leaves it with mean 0 and variance "
-            f"1 (before the norm's affine).\nHint: {mistakes.placement._POST}"
+            f"1 (before the norm's affine).\n{named(mistakes.placement._POST)}"
         )
     if not post and var_error < 1e-2:
         fail(
             f"{name}, on {described}: every output token has variance 1, so your block "
             "normalizes the residual stream. In Pre-LN only the sublayers' inputs are "
             "normalized; the stream carries x plus the sublayers' outputs, unnormalized.\n"
-            f"Hint: {mistakes.placement._PRE}"
+            f"{named(mistakes.placement._PRE)}"
         )
     checked.append(
         "per-token statistics of the output: normalized"
@@ -172,28 +240,18 @@ def _judge_block(observations: dict, seed: int, post: bool) -> str:
         else "per-token statistics of the output: the residual stream is not normalized"
     )
 
-    state = reference.state_dict()
-    state.update({k: torch.from_numpy(v) for k, v in norm_state.items()})
-    reference.load_state_dict(state)
-    with torch.no_grad():
-        expected = reference(x).numpy()
-    norms = (reference.norm1, reference.norm2)
-    known = mistakes.POST_LN_BLOCK_MISTAKES if post else mistakes.PRE_LN_BLOCK_MISTAKES
+    where = f"{name}, on {case.description}"
+    loaded_type = observations["loaded"].type_name
+    expect_tensor_like(loaded, expected, where=where, what="the output", type_name=loaded_type)
     compare(
-        observations["loaded"].value,
+        loaded,
         expected,
         name=name,
         what="the output",
-        case=Case(
-            f"{described.split(', norms')[0]}, norm1 and norm2 loaded with different "
-            "weights and biases",
-            (),
-            atol=1e-10,
-            rtol=1e-8,
-        ),
+        case=case,
         mistakes=known,
-        mistake_args=(x, self_attn, ffn, *norms),
-        type_name=observations["loaded"].type_name,
+        mistake_args=mistake_args,
+        type_name=loaded_type,
     )
     checked.append("matches the reference with norm1 and norm2 set apart")
     after = observations["input_after"].value
@@ -233,6 +291,12 @@ def check_pre_ln_block(cls, seed: int = 0) -> None:
 # PreLNStack(layers, norm)
 
 STACK_DEPTH = 3
+STACK_OBSERVATIONS = ("keys", "output", "empty")
+EMPTY_STACK_HINT = (
+    "Loop over self.layers, whatever their number, and apply self.norm after the loop: "
+    "for layer in self.layers: x = layer(x); then return self.norm(x). Do not read "
+    "self.layers[0] or apply the norm inside the loop."
+)
 
 
 def stack_parts(seed: int = 0):
@@ -267,7 +331,13 @@ def observe_pre_ln_stack(cls, seed: int = 0) -> dict:
         with torch.no_grad():
             return cls(layers, norm)(x)
 
-    return {"keys": observe(keys, (), {}), "output": observe(output, (), {})}
+    def empty():  # a stack of no layers: the norm alone
+        x, _, norm = stack_parts(seed)
+        with torch.no_grad():
+            return cls([], norm)(x)
+
+    steps = {"keys": keys, "output": output, "empty": empty}
+    return {name: observe(step, (), {}) for name, step in steps.items()}
 
 
 def judge_pre_ln_stack(observations: dict, seed: int = 0) -> str:
@@ -279,12 +349,20 @@ def judge_pre_ln_stack(observations: dict, seed: int = 0) -> str:
     import torch
 
     from addnorm_lib.reference import mistakes, placement
+    from addnorm_lib.reference.mistakes.placement import PRE_LN_EMPTY_STACK_MISTAKES
 
     name = "PreLNStack"
-    expect_keys(name, observations, ("keys", "output"))
-    for observation in observations.values():
+    expect_keys(name, observations, STACK_OBSERVATIONS)
+    for key in STACK_OBSERVATIONS:
+        observation = observations[key]
         if observation.not_implemented:
             fail(f"{name} is not implemented yet: replace the stub with your code.")
+        if observation.error and key == "empty":
+            fail(
+                f"{name}([], norm), a stack of no layers, raised {observation.error}. With no "
+                "layers the stack is its final norm alone: it returns norm(x).\n"
+                f"Hint: {EMPTY_STACK_HINT}"
+            )
         if observation.error:
             fail(f"{name}(layers, norm) raised {observation.error}")
     x, layers, norm = stack_parts(seed)
@@ -297,28 +375,35 @@ def judge_pre_ln_stack(observations: dict, seed: int = 0) -> str:
             "self.layers and the norm as self.norm (as torch.nn.TransformerEncoder), so that "
             "an optimizer sees them."
         )
-    with torch.no_grad():
-        expected = reference(x).numpy()
-    compare(
-        observations["output"].value,
-        expected,
-        name=name,
-        what="the output",
-        case=Case(
-            f"{STACK_DEPTH} layers and a LayerNorm on a (B, T, C) = {tuple(x.shape)} input",
-            (),
-            atol=1e-10,
-            rtol=1e-8,
-        ),
-        mistakes=mistakes.PRE_LN_STACK_MISTAKES,
-        mistake_args=(x, layers, norm),
-        type_name=observations["output"].type_name,
+    runs = (
+        ("output", f"{STACK_DEPTH} layers and a LayerNorm", layers, mistakes.PRE_LN_STACK_MISTAKES),
+        ("empty", "no layers (an empty stack) and a LayerNorm", [], PRE_LN_EMPTY_STACK_MISTAKES),
     )
+    for key, described, some_layers, known in runs:
+        with torch.no_grad():
+            expected = placement.PreLNStack(some_layers, norm)(x).numpy()
+        case = Case(
+            f"{described} on a (B, T, C) = {tuple(x.shape)} input", (), atol=1e-10, rtol=1e-8
+        )
+        value, type_name = observations[key].value, observations[key].type_name
+        where = f"{name}, on {case.description}"
+        expect_tensor_like(value, expected, where=where, what="the output", type_name=type_name)
+        compare(
+            value,
+            expected,
+            name=name,
+            what="the output",
+            case=case,
+            mistakes=known,
+            mistake_args=(x, some_layers, norm),
+            type_name=type_name,
+        )
     return passed(
         name,
         [
             "registers its layers and its norm (state_dict keys as torch's)",
             "applies the layers in order, then the final norm once",
+            "an empty stack (no layers) returns norm(x)",
         ],
     )
 
@@ -359,9 +444,29 @@ def rsqrt_cases(seed: int = 0) -> list[Case]:
     return _schedule_cases(RSQRT_CALLS, ("step", "peak_lr", "warmup"))
 
 
+def _consistent_first(known, cases, observations) -> list:
+    """``known`` with the mistakes that match every float the learner returned put first: a slip
+    that shows at some steps only (one term of the min) is named by all the steps, not the first."""
+
+    def matches_all(mistake) -> bool:
+        for case, observation in zip(cases, observations, strict=True):
+            value = observation.value if isinstance(observation, Observation) else None
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            with np.errstate(all="ignore"):
+                if not np.isclose(float(mistake.compute(*case.args)), value, rtol=case.rtol):
+                    return False
+        return True
+
+    consistent = [mistake for mistake in known if matches_all(mistake)]
+    return consistent + [mistake for mistake in known if mistake not in consistent]
+
+
 def _judge_schedule(name, cases, reference, observations, known=()) -> str:
     __tracebackhide__ = True
-    for case, observation, value in judged_calls(name, cases, observations):
+    calls = judged_calls(name, cases, observations)
+    known = _consistent_first(known, cases, observations) if known else known
+    for case, observation, value in calls:
         if isinstance(value, bool) or not isinstance(value, int | float):
             fail(f"{name}({case.description}) returned a {observation.type_name}; return a float.")
         compare(

@@ -22,12 +22,14 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from addnorm_lib.checks._advice import judged_calls_unchanged
 from addnorm_lib.checks._core import (
     Case,
     Observation,
     compare,
     compare_tuple,
-    judged_calls,
+    expect_observations,
+    fail,
     observe_cases,
     passed,
 )
@@ -104,29 +106,40 @@ def backward_cases(seed: int = 0) -> list[Case]:
     ]
 
 
+UNCHANGED = "leaves its inputs unchanged (no in-place updates)"
+
 #: (description, shape of x, H, L, residual) of each stack checked
 STACKS = (
     ("a stack of 4 residual blocks on a (3, 4) input, H = 6", (3, 4), 6, 4, True),
     ("a stack of 4 plain blocks (residual=False) on a (3, 4) input, H = 6", (3, 4), 6, 4, False),
     ("a stack of 6 residual blocks on a 3-D (2, 3, 5) input, H = 5", (2, 3, 5), 5, 6, True),
     ("a single plain block (L = 1) on a (2, 4) input, H = 3", (2, 4), 3, 1, False),
+    ("an empty stack (L = 0 blocks, params = []) on a (2, 4) input", (2, 4), 3, 0, True),
+)
+BLOCKS_HINT = (
+    "While your stack ran, the check put correct blocks in place of the four block functions "
+    "your notebook defines (residual_block, plain_block and their backward passes, called by "
+    "those names), so the mistake is in the stack: run the forward pass once, keep each block's "
+    "input, then go backward from dy, passing each backward's dx (its first result) down to the "
+    "block below."
+)
+COUNT_HINT = "With L blocks there are L + 1 norms: at h_0 = x, ..., at h_L (norm of dy)."
+EMPTY_STACK_HINT = (
+    "With no blocks (L = 0) the output is the input, h_0 = x, and dL/dh_0 = dy: return the one "
+    "norm np.array([np.linalg.norm(dy)]). Code that reads params[0] (for a size) or zips the "
+    "kept inputs against params with strict=True after keeping one input too many fails here."
 )
 
 
 def stack_cases(seed: int = 0) -> list[Case]:
     """Inputs (x, params, dy) and ``residual`` for ``stack_gradient_norms``, one per STACKS row."""
     rng = np.random.default_rng(seed + 12)
-    blocks_hint = (
-        "The check ran your stack with correct blocks in place of yours, so the mistake is in "
-        "the stack: run the forward pass once, keep each block's input, then go backward from "
-        "dy, passing each backward's dx (its first result) down to the block below."
-    )
-    count_hint = "With L blocks there are L + 1 norms: at h_0 = x, ..., at h_L (norm of dy)."
+    hints = {0: EMPTY_STACK_HINT, 1: COUNT_HINT}
     cases = []
     for description, shape, hidden, depth, residual in STACKS:
         x, dy = rng.normal(size=shape), rng.normal(size=shape)
         params = [_weights(rng, shape[-1], hidden) for _ in range(depth)]
-        hint = count_hint if depth == 1 else blocks_hint
+        hint = hints.get(depth, BLOCKS_HINT)
         cases.append(Case(description, (x, params, dy), {"residual": residual}, hint=hint))
     return cases
 
@@ -148,7 +161,8 @@ def _judge_block(name: str, observations: list[Observation], seed: int, residual
     reference = blocks.residual_block if residual else blocks.plain_block
     known = mistakes.RESIDUAL_BLOCK_MISTAKES if residual else mistakes.PLAIN_BLOCK_MISTAKES
     cases = block_cases(seed)
-    for case, observation, y in judged_calls(name, cases, observations, BLOCK_ARGS):
+    calls = judged_calls_unchanged(name, cases, observations, BLOCK_ARGS, "numpy")
+    for case, observation, y in calls:
         compare(
             y,
             reference(*case.args),
@@ -159,7 +173,7 @@ def _judge_block(name: str, observations: list[Observation], seed: int, residual
             mistake_args=case.args,
             type_name=observation.type_name,
         )
-    return passed(name, [case.description for case in cases])
+    return passed(name, [*(case.description for case in cases), UNCHANGED])
 
 
 def judge_residual_block(observations: list[Observation], seed: int = 0) -> str:
@@ -207,7 +221,8 @@ def _judge_backward(name: str, observations: list[Observation], seed: int, resid
     reference = blocks.residual_block_backward if residual else blocks.plain_block_backward
     known = mistakes.RESIDUAL_BACKWARD_MISTAKES if residual else mistakes.PLAIN_BACKWARD_MISTAKES
     cases = backward_cases(seed)
-    for case, observation, grads in judged_calls(name, cases, observations, BACKWARD_ARGS):
+    calls = judged_calls_unchanged(name, cases, observations, BACKWARD_ARGS, "numpy")
+    for case, observation, grads in calls:
         compare_tuple(
             observation,
             grads,
@@ -218,7 +233,7 @@ def _judge_backward(name: str, observations: list[Observation], seed: int, resid
             mistakes=known,
             mistake_args=case.args,
         )
-    return passed(name, [case.description for case in cases])
+    return passed(name, [*(case.description for case in cases), UNCHANGED])
 
 
 def judge_residual_block_backward(observations: list[Observation], seed: int = 0) -> str:
@@ -329,6 +344,21 @@ def observe_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> list[Ob
         return observe_cases(stack_gradient_norms, stack_cases(seed))
 
 
+def _judge_empty_stack_error(case: Case, observation: Observation) -> None:
+    """CheckFailed naming the mistake if the stack raised on the empty stack (L = 0) only."""
+    __tracebackhide__ = True
+    from addnorm_lib.reference.mistakes.residuals import EMPTY_STACK_RAISES
+
+    if case.args[1] or not isinstance(observation, Observation) or observation.not_implemented:
+        return
+    if observation.error is not None:
+        fail(
+            "stack_gradient_norms raised "
+            f"{observation.error.replace(': ', f' on {case.description}: ', 1)}\n"
+            f"{EMPTY_STACK_RAISES.diagnosis}\nHint: {EMPTY_STACK_RAISES.hint}"
+        )
+
+
 def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -> str:
     """Compare recorded ``stack_gradient_norms`` results with the reference; name known mistakes.
 
@@ -339,9 +369,12 @@ def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -
     from addnorm_lib.reference import mistakes
     from addnorm_lib.reference import residuals as blocks
 
+    name = "stack_gradient_norms"
     cases = stack_cases(seed)
-    calls = judged_calls("stack_gradient_norms", cases, observations, STACK_ARGS)
-    for case, observation, norms in calls:
+    expect_observations(name, observations, len(cases))
+    for case, observation in zip(cases, observations, strict=True):
+        _judge_empty_stack_error(case, observation)
+        ((_, _, norms),) = judged_calls_unchanged(name, [case], [observation], STACK_ARGS, "numpy")
         if isinstance(norms, list):  # a list of floats is fine
             norms = np.asarray(norms, dtype=np.float64)
         expected = blocks.stack_gradient_norms(*case.args, **case.kwargs)
@@ -355,7 +388,7 @@ def judge_stack_gradient_norms(observations: list[Observation], seed: int = 0) -
             mistake_args=(*case.args, case.kwargs["residual"]),
             type_name=observation.type_name,
         )
-    return passed("stack_gradient_norms", [case.description for case in cases])
+    return passed("stack_gradient_norms", [*(case.description for case in cases), UNCHANGED])
 
 
 def check_stack_gradient_norms(stack_gradient_norms, seed: int = 0) -> None:

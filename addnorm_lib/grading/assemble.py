@@ -27,6 +27,11 @@ NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_\w+.*$", re.MULTILINE)
 MIB = 2**20
 LINK = "a symbolic link: the grader does not follow links"
 REASON_LIMIT = 300  # characters of nbformat's own message kept in a reason
+# What to do about a file that is not a valid notebook, said after what is wrong with it.
+RESAVE = (
+    "To fix: open your notebook in JupyterLab, save it (File > Save Notebook) and submit that "
+    ".ipynb file; if it does not open, download the exercise again and copy your answers into it"
+)
 
 
 class SubmissionRejected(Exception):
@@ -172,8 +177,8 @@ def expect(value, expected: type, where: str) -> None:
 
 
 def not_valid(problem: str) -> SubmissionRejected:
-    """The rejection of a file that is not a valid notebook, saying what is wrong."""
-    return SubmissionRejected("malformed", f"not a valid notebook: {problem}")
+    """The rejection of a file that is not a valid notebook: what is wrong, then what to do."""
+    return SubmissionRejected("malformed", f"not a valid notebook: {problem}. {RESAVE}")
 
 
 def check_source(source, where: str) -> None:
@@ -239,23 +244,38 @@ def validation_problem(err: Exception) -> str:
     return problem[:REASON_LIMIT]
 
 
+def json_problem(text: str, err: ValueError) -> str:
+    """What is wrong with a file that is not JSON: cut off (a notebook that ends before its last
+    ``}``, as a save or a copy that was interrupted leaves it), or not JSON at all."""
+    stripped = text.strip()
+    if stripped.startswith("{") and not stripped.endswith("}"):
+        return f"the file is cut off, it ends before the notebook does (not JSON: {err})"
+    return f"not JSON ({err})"
+
+
 def read_submission(raw: bytes):
     """The submitted notebook, validated; a file that is not one is rejected as ``malformed``.
 
-    The reason says what is wrong: not UTF-8, not JSON, a field of the wrong type (named), or
-    what nbformat's validation found.
+    The reason says what is wrong (empty, not UTF-8, cut off, not JSON, JSON but no notebook, a
+    field of the wrong type (named), or what nbformat's validation found), then what to do.
     """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise not_valid("not UTF-8 text") from None
+    if not text.strip():
+        raise not_valid("the file is empty")
     try:
         data = json.loads(text)
     except RecursionError:
         raise not_valid("not JSON (nested too deeply)") from None
     except ValueError as err:
-        raise not_valid(f"not JSON ({err})") from None
+        raise not_valid(json_problem(text, err)) from None
     check_fields(data)
+    missing = [key for key in ("nbformat", "cells") if key not in data]
+    if missing:
+        keys = " or ".join(repr(key) for key in missing)
+        raise not_valid(f"the file is JSON but not a Jupyter notebook (it has no {keys})")
     try:
         student = nbformat.reads(text, as_version=4)
         nbformat.validate(student)
@@ -264,23 +284,39 @@ def read_submission(raw: bytes):
     return student
 
 
+def named_in_file_name(path: Path, assignments: dict) -> str | None:
+    """The one assignment whose name is a word of the file's name (``hw3_rmsnorm.ipynb``)."""
+    tokens = set(re.split(r"[^a-z0-9]+", path.stem.lower()))
+    found = [name for name in assignments if name.lower() in tokens]
+    return found[0] if len(found) == 1 else None
+
+
 def identify(nb, path: Path, assignments: dict) -> str | None:
     """The submission's assignment: its metadata if known, else a name found in its file name."""
     declared = nb.metadata.get("addnorm")  # the student's file: may hold anything
     name = declared.get("assignment") if isinstance(declared, dict) else None
     if isinstance(name, str) and name in assignments:
         return name
-    tokens = set(re.split(r"[^a-z0-9]+", path.stem.lower()))
-    found = [name for name in assignments if name.lower() in tokens]
-    return found[0] if len(found) == 1 else None
+    return named_in_file_name(path, assignments)
 
 
-def assignment_of(nb, path: Path, assignments: dict) -> Assignment:
-    """The submission's assignment; rejected as ``unknown_assignment`` if none matches."""
-    name = identify(nb, path, assignments)
+def unknown_reason(path: Path, assignments: dict) -> str:
+    """Why a submission has no assignment, and what to do, with the assignments' names."""
+    names = ", ".join(sorted(assignments))
+    example = min(assignments, default="layernorm")
+    return (
+        f"no assignment matches its metadata or file name ({path.name}). To fix: name the file "
+        f"after its assignment, one of {names} (e.g. {example}.ipynb), or grade it with "
+        "--assignment NAME"
+    )
+
+
+def assignment_of(nb, path: Path, assignments: dict, chosen: str = "") -> Assignment:
+    """The submission's assignment: ``chosen`` (the grader's ``--assignment``) if given, else
+    the one its metadata or file name names; rejected as ``unknown_assignment`` if none does."""
+    name = chosen or identify(nb, path, assignments)
     if name is None:
-        reason = f"no assignment matches its metadata or file name ({path.name})"
-        raise SubmissionRejected("unknown_assignment", reason)
+        raise SubmissionRejected("unknown_assignment", unknown_reason(path, assignments))
     return assignments[name]
 
 

@@ -12,7 +12,7 @@ memory and time limits (``_judge_worker``), one per notebook for all of its chec
 zygote that has imported the checks and torch once. A record that still blows up a judge costs
 its own test cell its points, with a message that says so; the grader and the other cells go on.
 What a record can only claim (facts that the kernel alone saw, ``checks.UNVERIFIED``) earns no
-points; a passing cell's message names those claims as unverified.
+points; a passing cell's message names those claims as unverified, and says its points stand.
 """
 
 import atexit
@@ -45,6 +45,11 @@ CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # every control but tab
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failed|Exit|Interrupt|Warning)\b")
 MESSAGE_LIMIT = 2000  # characters of a failure message kept in a report
 NO_RESULT = "recorded no result"
+# The note on a passed cell whose checks also rely on what only the kernel saw: not a deduction.
+PASSED_WITH_CLAIMS = (
+    "Passed: full points. Your notebook also reported the following, which the grader cannot "
+    "check from outside your notebook (it adds or removes no points):"
+)
 UNUSABLE = "the recorded result is unusable"
 
 # The judge worker's limits (module constants: the grader's settings are not the judge's).
@@ -352,10 +357,7 @@ def judge_checks(test: TestCell, verdicts: dict) -> tuple[bool, str]:
     if not claims:
         return True, ""
     unverified = "; ".join(dict.fromkeys(claims))
-    return True, (
-        "Not verified by the grader (the notebook's own kernel reported it; it earns no "
-        f"points): {unverified}."
-    )
+    return True, f"{PASSED_WITH_CLAIMS} {unverified}."
 
 
 def records_by_cell(assignment: Assignment, records: list[dict] | None) -> dict[int, dict]:

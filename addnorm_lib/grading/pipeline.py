@@ -55,13 +55,20 @@ DEFAULT_SOURCE = Settings().source
 def grade_submission(
     submission_id: str, path: Path, assignments: dict, settings: Settings, box: sandbox.Sandbox
 ) -> Grade:
-    """Grade one submission; never raises (an unexpected failure is the status ``error``)."""
+    """Grade one submission; never raises (an unexpected failure is the status ``error``).
+
+    A submission that cannot be graded (``malformed``, ...) gets 0 out of the points of the
+    assignment it was meant for, where ``--assignment`` or its file name says which.
+    """
     start = time.monotonic()
     grade = Grade(submission_id, None, "error")
     try:
         run_stages(grade, path, assignments, settings, box)
     except assemble.SubmissionRejected as rejected:
         grade.status, grade.reason = rejected.status, rejected.reason
+        named = settings.assignment or assemble.named_in_file_name(path, assignments)
+        if grade.assignment is None and named:  # 0 out of that assignment's points
+            grade.assignment, grade.max_total = named, assignments[named].max_total
     except Exception as err:
         grade.status, grade.reason = "error", f"{type(err).__name__}: {err}"[:300]
     finally:
@@ -76,7 +83,7 @@ def run_stages(
     raw = assemble.read_file(path, settings.notebook_mb)
     grade.sha256 = hashlib.sha256(raw).hexdigest()
     student = assemble.read_submission(raw)
-    assignment = assemble.assignment_of(student, path, assignments)
+    assignment = assemble.assignment_of(student, path, assignments, settings.assignment)
     grade.assignment, grade.max_total = assignment.name, assignment.max_total
     graded, grade.notes = assemble.assemble(assignment, student)
     with execute.executed(graded, box, settings) as run:
@@ -146,16 +153,22 @@ def fail(message: str) -> None:
 
 
 def load_assignments_for(paths: list[Path], settings: Settings) -> dict | None:
-    """The instructor's assignments, if the paths exist and they load; else None, said on stderr."""
+    """The instructor's assignments, if the paths exist, they load and ``--assignment`` names
+    one of them; else None, said on stderr."""
     missing = discover.missing_paths(paths)
     if missing:
         fail(f"no such file or folder: {', '.join(map(str, missing))}")
         return None
     try:
-        return assemble.load_assignments(settings.source)
+        assignments = assemble.load_assignments(settings.source)
     except Exception as err:
         fail(f"cannot load the instructor's notebooks: {err}")
         return None
+    if settings.assignment and settings.assignment not in assignments:
+        names = ", ".join(sorted(assignments))
+        fail(f"--assignment {settings.assignment!r} is not an assignment; give one of {names}")
+        return None
+    return assignments
 
 
 UNPROTECTED = (

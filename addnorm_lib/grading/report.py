@@ -157,7 +157,9 @@ def without_controls(value):
 def feedback_html(grade: Grade) -> str:
     """One student's feedback page: points and the (cleaned, truncated) message per exercise."""
     page = templates().get_template("feedback.html")
-    return page.render(grade=grade, message_limit=MESSAGE_LIMIT)
+    return page.render(
+        grade=grade, verdict=verdict(grade), score=score(grade), message_limit=MESSAGE_LIMIT
+    )
 
 
 def save_grade(outdir: Path, grade: Grade) -> None:
@@ -195,6 +197,35 @@ def diagnosis(message: str) -> str:
     return lines[1] if named else (lines[0] if lines else "")
 
 
+GRADED = ("ok", "timeout", "kernel_died")  # statuses of a notebook that ran: its points stand
+
+
+def verdict(grade: Grade) -> str:
+    """Whether a submission was graded, in words: ``graded``, ``graded (timeout)``, ``not
+    graded (malformed)``, ... (the status ``ok`` alone would read as "passed" whatever the
+    points)."""
+    if grade.status == "ok":
+        return "graded"
+    return f"graded ({grade.status})" if grade.status in GRADED else f"not graded ({grade.status})"
+
+
+def score(grade: Grade) -> str:
+    """Points out of the assignment's maximum, ``3/10``; ``0 points`` where the assignment (and
+    so its maximum) is unknown."""
+    if grade.assignment is None and not grade.max_total:
+        return f"{grade.total:g} points"
+    return f"{grade.total:g}/{grade.max_total:g}"
+
+
+def headline(grade: Grade, with_reason: bool = True) -> str:
+    """A submission's result in one line: ``ada.ipynb: graded, 0/10``, then, where there is
+    one, the reason (for a notebook that was not graded, what to do)."""
+    line = f"{grade.submission}: {verdict(grade)}, {score(grade)}"
+    if with_reason and grade.reason:
+        line += f": {grade.reason}"
+    return printable(line)
+
+
 def points_table(grade: Grade, feedback: Path | None = None) -> str:
     """A submission's points as a text table: per test cell its points and status and, below a
     failed one, its diagnosis in full (wrapped, printable); last, where the feedback page is."""
@@ -203,7 +234,7 @@ def points_table(grade: Grade, feedback: Path | None = None) -> str:
     def line(name: str, points: float, max_points: float) -> str:
         return f"  {printable(name):<{width}}  {f'{points:g}/{max_points:g}':>7}"
 
-    lines = [printable(f"{grade.submission}: {grade.status} {grade.reason}".rstrip())]
+    lines = [headline(grade)]
     for note in grade.notes:
         lines += textwrap.wrap(printable(f"note: {note}"), TABLE_WIDTH, subsequent_indent=INDENT)
     for cell in grade.cells:
@@ -213,9 +244,11 @@ def points_table(grade: Grade, feedback: Path | None = None) -> str:
             lines += textwrap.wrap(
                 said, TABLE_WIDTH, initial_indent=" " * 6, subsequent_indent=" " * 6
             )
-    lines.append(line("total", grade.total, grade.max_total))
-    if feedback is not None:
+    lines.append(f"  {'total':<{width}}  {score(grade):>7}")
+    if feedback is not None and grade.cells:
         lines.append(f"the whole message of each test, with hints: {printable(str(feedback))}")
+    elif feedback is not None:
+        lines.append(f"the feedback page: {printable(str(feedback))}")
     return "\n".join(lines)
 
 
@@ -228,9 +261,7 @@ def progress(done: int, total: int, grade: Grade) -> None:
         end = "\n" if done == total else ""
         print(f"\r[{bar}] {done}/{total} graded", end=end, file=sys.stderr, flush=True)
         return
-    score = f"{grade.total:g}/{grade.max_total:g}"
-    name = printable(grade.submission)
-    print(f"[{done}/{total}] {name}: {grade.status}, {score}", file=sys.stderr)
+    print(f"[{done}/{total}] {headline(grade, with_reason=False)}", file=sys.stderr)
 
 
 def summary(grades: list[Grade], warm_kernels: int, outdir: Path) -> str:

@@ -46,6 +46,13 @@ class Settings:
             "several notebooks where the sandbox cannot be built"
         ),
     )
+    assignment: str = field(
+        default="",
+        metadata=flag(
+            "grade every notebook as this assignment (by default, the one its metadata or its "
+            "file name names)"
+        ),
+    )
 
 
 def flag_of(option: Field) -> str:
@@ -71,6 +78,8 @@ def argument_options(option: Field) -> dict:
     options = {"dest": option.name, "default": option.default}
     if option.type is bool:
         return {**options, "action": "store_true", "help": option.metadata["help"]}
+    if option.type is str:
+        return {**options, "type": str, "help": option.metadata["help"], "metavar": "NAME"}
     parse = positive(option.type) if option.type in (int, float) else Path
     help_text = option.metadata["help"] + " (default: %(default)s)"
     return {**options, "type": parse, "help": help_text}

@@ -86,12 +86,12 @@ def stack_gradient_norms(x, params, dy, residual=True):
 
     Args:
         x: the stack's input h_0, shape (..., C).
-        params: a list of L tuples (W1, b1, W2), first block first.
+        params: a list of L tuples (W1, b1, W2), first block first; L may be 0.
         dy: dL/dh_L, the gradient at the stack's output, shape of x.
         residual: residual blocks if True, plain blocks if False.
     Returns:
         float64 array of shape (L + 1,): entry l is the Frobenius norm of dL/dh_l, so entry 0 is
-        at the input and entry L is ``norm(dy)``.
+        at the input and entry L is ``norm(dy)`` (for L = 0, the one entry ``norm(dy)``).
     """
     if residual:
         return gradient_norms_through(x, params, dy, residual_block, residual_block_backward)
@@ -101,10 +101,10 @@ def stack_gradient_norms(x, params, dy, residual=True):
 def gradient_norms_through(x, params, dy, block, backward):
     """:func:`stack_gradient_norms` for any block: ``block(h, W1, b1, W2) -> h_next`` and
     ``backward(dy, h, W1, b1, W2) -> (dh, ...)``."""
-    inputs = [x]  # h_0 ... h_{L-1}: each block's input, needed by its backward
+    inputs = [x][: len(params)]  # h_0 ... h_{L-1}: each block's input, needed by its backward
     for W1, b1, W2 in params[:-1]:
         inputs.append(block(inputs[-1], W1, b1, W2))
-    norms = [np.linalg.norm(dy)]
+    norms = [np.linalg.norm(dy)]  # with no blocks (L = 0), dL/dh_0 = dy: this one norm
     grad = dy
     for h, (W1, b1, W2) in zip(reversed(inputs), reversed(params), strict=True):
         grad = backward(grad, h, W1, b1, W2)[0]

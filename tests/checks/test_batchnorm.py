@@ -5,13 +5,14 @@ import pytest
 import torch
 
 from addnorm_lib import checks
+from addnorm_lib.checks._torch import NON_CONTIGUOUS_HINT
 from addnorm_lib.reference import mistakes, norms
 
 
 def test_references_pass(capsys):
     checks.check_batch_norm(norms.batch_norm)
     checks.check_batch_norm_backward(norms.batch_norm_backward, seed=2024)
-    assert "✓ batch_norm passed 9 checks" in capsys.readouterr().out
+    assert "✓ batch_norm passed 10 checks" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -113,6 +114,9 @@ def learner_batch_norm_1d(
     ignores_tracking=False,
     stats_as_parameters=False,
     recorded_update=False,
+    misbroadcast=False,
+    channels_last_scrambled=False,
+    view_transposed=False,
 ):
     """A hand-written BatchNorm1d with every option of torch's, right unless a flag says
     otherwise (each flag is a mistake a learner makes)."""
@@ -148,10 +152,17 @@ def learner_batch_norm_1d(
             if call_torch:
                 stats = (self.running_mean, self.running_var)
                 return torch.nn.functional.batch_norm(x, *stats, self.weight, self.bias, True)
+            dtype = x.dtype  # half precision is computed in float32, returned as it came
+            x = x.float() if dtype in (torch.float16, torch.bfloat16) else x
             shape = (1, -1) + (1,) * (x.dim() - 2)
+            if misbroadcast:  # (C, 1): right for (N, C, L), along the batch axis of (N, C)
+                shape = (-1, 1)
             axes = (0, *range(2, x.dim()))
             training = torch.is_grad_enabled() if mode_from_grad else self.training
-            if training or batch_stats_in_eval or not self.tracking:
+            if view_transposed and (training or not self.tracking):  # channels last, by .view
+                flat = x.transpose(1, -1).view(-1, x.shape[1])  # (N * L, C)
+                mean, var = flat.mean(dim=0), flat.var(dim=0, unbiased=False)
+            elif training or batch_stats_in_eval or not self.tracking:
                 mean = x.mean(dim=axes)
                 var = x.var(dim=axes, unbiased=False)
             else:
@@ -175,9 +186,13 @@ def learner_batch_norm_1d(
                         self.running_mean.mul_(1 - m).add_(m * batch_mean)
                         self.running_var.mul_(1 - m).add_(m * running)
             x_hat = (x - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + self.eps)
-            if not self.affine:
-                return x_hat
-            return x_hat * self.weight.reshape(shape) + self.bias.reshape(shape)
+            y = x_hat
+            if self.affine:
+                y = x_hat * self.weight.reshape(shape) + self.bias.reshape(shape)
+            if channels_last_scrambled and y.dim() == 3:  # reshaped to x's shape, then moved
+                flat = y.transpose(1, 2).reshape(-1, y.shape[1])  # (N * L, C)
+                y = flat.reshape(y.shape).transpose(1, 2)  # (N, L, C)
+            return y.to(dtype)
 
     return BatchNorm1d
 
@@ -201,6 +216,9 @@ def test_a_hand_written_module_passes():
         ("ignores_tracking", "track_running_stats=False: no running estimates"),
         ("stats_as_parameters", "as a Parameter"),
         ("recorded_update", "grad_fn"),
+        ("misbroadcast", "lines it up with the batch axis of (N, C) input"),
+        ("channels_last_scrambled", "before moving the channel axis back"),
+        ("view_transposed", ".view() refuses it"),
     ],
 )
 def test_each_module_mistake_is_rejected_and_named(flag, phrase):
@@ -242,3 +260,134 @@ def test_a_wrong_dgamma_on_3d_input_gets_the_hint_about_summing():
 
     with pytest.raises(checks.CheckFailed, match="dgamma and dbeta have gamma's shape"):
         checks.check_batch_norm_backward(batch_norm_backward)
+
+
+# ----------------------------------------------------------------------------------------------
+# Non-square inputs: a per-channel vector broadcast along the wrong axis never passes
+
+
+def check_input_shapes(seed: int) -> dict[str, tuple[int, ...]]:
+    """Every input shape the three checks use: description -> shape."""
+    from addnorm_lib.checks import batchnorm as bn
+
+    shapes = {case.description: case.args[0].shape for case in bn.batch_norm_cases(seed)}
+    shapes |= {case.description: case.args[1].shape for case in bn.batch_norm_backward_cases(seed)}
+    shapes |= {description: shape for description, _, _, shape in bn.SCENARIO}
+    extra = bn.extra_inputs(seed)
+    for name, (description, _, spec, _, shape) in bn.EXTRA_STEPS.items():
+        drawn = extra[name].shape
+        if name == "noncontiguous":  # drawn (N, L, C), given as its transposed view
+            drawn = (drawn[0], drawn[2], drawn[1])
+        assert drawn == shape
+        shapes[description or spec.description] = shape
+    return shapes
+
+
+@pytest.mark.parametrize("seed", [0, 2024])
+def test_no_input_of_the_checks_has_two_axes_of_one_length(seed):
+    """N != C != L != N: where two lengths coincide, a vector broadcast along the wrong axis
+    passes silently (or only mixes up values, unnamed)."""
+    shapes = check_input_shapes(seed)
+    assert len(shapes) >= 20
+    square = {d: s for d, s in shapes.items() if len(set(s)) < len(s)}
+    assert not square, square
+
+
+def misbroadcast_batch_norm(x, gamma, beta, running_mean, running_var, training, **kwargs):
+    """The reference, with each per-channel vector written v[:, None] as in 3-D code."""
+    y, new_mean, new_var = norms.batch_norm(
+        x, gamma, beta, running_mean, running_var, training, **kwargs
+    )
+    if x.ndim == 2:
+        y = x - running_mean[:, None]  # numpy raises unless N == C
+    return y, new_mean, new_var
+
+
+def misbroadcast_backward(dy, x, gamma, eps=1e-5):
+    dx, dgamma, dbeta = norms.batch_norm_backward(dy, x, gamma, eps)
+    return dy * gamma[:, None] if x.ndim == 2 else dx, dgamma, dbeta
+
+
+@pytest.mark.parametrize(
+    ("check", "code"),
+    [
+        (checks.check_batch_norm, misbroadcast_batch_norm),
+        (checks.check_batch_norm_backward, misbroadcast_backward),
+        (checks.check_batch_norm_module, learner_batch_norm_1d(misbroadcast=True)),
+    ],
+    ids=["batch_norm", "batch_norm_backward", "BatchNorm1d"],
+)
+def test_a_vector_broadcast_along_the_batch_axis_is_named(check, code):
+    with pytest.raises(checks.CheckFailed) as info:
+        check(code)
+    message = str(info.value)
+    assert "could not be broadcast" in message or "must match the size" in message, message
+    assert mistakes.batchnorm.MISBROADCAST_DIAGNOSIS in message, message
+    assert "only works" in message and "N == C" in message
+
+
+def test_another_error_keeps_the_cases_hint():
+    """Only the errors of the named mistakes are explained as them."""
+
+    def batch_norm(x, *args, **kwargs):
+        raise KeyError("something else")
+
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_batch_norm(batch_norm)
+    message = str(info.value)
+    assert "KeyError" in message and "Training mode: normalize" in message
+    assert mistakes.batchnorm.MISBROADCAST_DIAGNOSIS not in message
+
+
+def test_a_module_that_views_a_transposed_tensor_is_told_to_reshape():
+    """x.transpose(1, 2).view(-1, C) fails on every (N, C, L) input that is contiguous."""
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_batch_norm_module(learner_batch_norm_1d(view_transposed=True))
+    message = str(info.value)
+    assert "view size is not compatible" in message
+    assert NON_CONTIGUOUS_HINT in message
+
+
+def feature_axis_batch_norm(x, gamma, beta, running_mean, running_var, training, **kwargs):
+    """Statistics over the feature axis, shape (N,), reshaped onto the channel axis: numpy
+    raises on (N, C) input, a statistic of the wrong length, not a vector on the wrong axis."""
+    mean = x.mean(axis=1)
+    return (x - mean.reshape(1, -1)), running_mean.copy(), running_var.copy()
+
+
+def error_of(operation) -> str:
+    try:
+        operation()
+    except (ValueError, RuntimeError) as error:
+        return str(error)
+    raise AssertionError("no error")
+
+
+@pytest.mark.parametrize(
+    ("operation", "channels", "misplaced"),
+    [
+        (lambda: np.ones((8, 4)) - np.ones(4)[:, None], 4, True),  # along the batch axis
+        (lambda: np.ones((4, 3, 5)) * np.ones(3), 3, True),  # along the length axis
+        (lambda: np.ones((8, 4)) - np.ones((8, 4)).mean(1).reshape(1, -1), 4, False),  # (N,)
+        (lambda: torch.ones(8, 4) - torch.ones(4)[:, None], 4, True),
+        (lambda: torch.ones(5, 4, 3) * torch.ones(4), 4, True),
+        (lambda: torch.ones(8, 4) - torch.ones(8, 4).mean(1).reshape(1, -1), 4, False),
+    ],
+    ids=["numpy-batch", "numpy-length", "numpy-stat", "torch-batch", "torch-length", "torch-stat"],
+)
+def test_only_a_channel_vector_on_another_axis_is_called_misbroadcast(
+    operation, channels, misplaced
+):
+    """Read from numpy's and torch's own error texts: a statistic of the wrong length (reduced
+    over the wrong axis) is another mistake, with its own hint."""
+    from addnorm_lib.checks.batchnorm import misplaced_channel_vector
+
+    assert misplaced_channel_vector(error_of(operation), channels) is misplaced
+
+
+def test_statistics_over_the_feature_axis_keep_the_cases_hint():
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_batch_norm(feature_axis_batch_norm)
+    message = str(info.value)
+    assert "could not be broadcast" in message and "per feature (axis 0)" in message
+    assert mistakes.batchnorm.MISBROADCAST_DIAGNOSIS not in message

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from addnorm_lib import checks
+from addnorm_lib.checks._core import Case, compare, judge_call, observe_cases
 from addnorm_lib.reference import mistakes, norms
 from addnorm_lib.reference import modules as nn
 
@@ -166,9 +167,10 @@ class SubclassesTorch(torch.nn.LayerNorm):
 
 class IgnoresEps(nn.LayerNorm):
     def forward(self, x):
-        mean = x.mean(dim=-1, keepdim=True)
-        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
-        return (x - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias
+        xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        mean = xf.mean(dim=-1, keepdim=True)
+        var = ((xf - mean) ** 2).mean(dim=-1, keepdim=True)
+        return ((xf - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias).to(x.dtype)
 
 
 class BufferNotParameter(nn.LayerNorm):
@@ -187,7 +189,7 @@ class BufferNotParameter(nn.LayerNorm):
         (CallsTorch, "calls torch's own normalization function"),
         (SubclassesTorch, "subclasses torch.nn.LayerNorm"),
         (IgnoresEps, "eps=0.1"),
-        (BufferNotParameter, "not an nn.Parameter"),
+        (BufferNotParameter, "No gradient reached LayerNorm's weight"),
     ],
 )
 def test_module_mistakes_are_rejected_and_named(module, phrase):
@@ -206,3 +208,64 @@ def test_a_mean_without_keepdims_is_caught_on_a_square_input():
 
     with pytest.raises(checks.CheckFailed, match="N equals C"):
         checks.check_layer_norm(layer_norm)
+
+
+# ----------------------------------------------------------------------------------------------
+# Advice in the language of the code under check: numpy for a numpy function, torch for torch
+
+
+def test_numpy_code_gets_numpy_advice():
+    def in_place(x, gamma, beta, eps=1e-5):
+        x -= x.mean(axis=-1, keepdims=True)
+        return norms.layer_norm(x, gamma, beta, eps)
+
+    def float64(x, gamma, beta, eps=1e-5):
+        return norms.layer_norm(x.astype(np.float64), gamma, beta, eps)
+
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_layer_norm(in_place)
+    assert "`x -= mean`" in str(info.value) and "x.copy()" in str(info.value)
+    assert "mul_" not in str(info.value) and "clone" not in str(info.value)
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_layer_norm(float64)
+    assert ".astype(x.dtype)" in str(info.value) and ".to(" not in str(info.value)
+
+
+def _torch_case(x):
+    return Case("a (2, 3) float32 tensor", (x, 2.0))
+
+
+def test_torch_code_gets_torch_advice_and_unnamed_arguments_an_ordinal():
+    """A torch function that scales its input in place hears of x.mul_ and x.clone(), not of
+    numpy; an argument without a name is "the first argument", not "argument `number 1`"."""
+    import torch
+
+    def scale(x, alpha):
+        return x.mul_(alpha)
+
+    case = _torch_case(torch.ones(2, 3))
+    (observation,) = observe_cases(scale, [case])
+    with pytest.raises(checks.CheckFailed) as info:
+        judge_call(observation, "scale", case)
+    message = str(info.value)
+    assert "modified its first argument in place" in message, message
+    assert "`x.mul_(alpha)`" in message and "x.clone()" in message, message
+    assert "x -= mean" not in message and "number 1" not in message, message
+
+
+def test_a_torch_result_of_the_wrong_dtype_is_told_to_use_to_not_astype():
+    import torch
+
+    case = _torch_case(torch.ones(2, 3))
+    with pytest.raises(checks.CheckFailed) as info:
+        compare(
+            np.ones((2, 3)),
+            np.ones((2, 3), np.float32),
+            name="f",
+            what="y",
+            case=case,
+            type_name="Tensor",
+        )
+    assert ".to(x.dtype)" in str(info.value) and ".astype" not in str(info.value)
+    with pytest.raises(checks.CheckFailed, match="should be a torch tensor, but it is a list"):
+        compare([1.0], np.ones(1), name="f", what="y", case=case, type_name="list")

@@ -17,7 +17,7 @@ def test_references_pass_every_check(capsys):
     checks.check_plain_block_backward(blocks.plain_block_backward, seed=2024)
     checks.check_stack_gradient_norms(blocks.stack_gradient_norms, seed=7)
     printed = capsys.readouterr().out
-    assert "✓ residual_block_backward passed 3 checks" in printed
+    assert "✓ residual_block_backward passed 4 checks" in printed
 
 
 CATALOGUES = [
@@ -114,3 +114,35 @@ def test_a_wrong_stack_on_wrong_blocks_fails_and_the_blocks_come_back():
     with pytest.raises(checks.CheckFailed, match="reverse order"):
         checks.check_stack_gradient_norms(namespace["stack_gradient_norms"])
     assert {name: namespace[name] for name in BLOCK_NAMES} == own
+
+
+def test_a_block_that_changes_its_input_in_place_is_told_in_numpy_terms():
+    def residual_block(x, W1, b1, W2):
+        x += np.maximum(x @ W1 + b1, 0) @ W2  # right values, but the caller's x changed
+        return x
+
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_residual_block(residual_block)
+    message = str(info.value)
+    assert "residual_block changed its input x in place" in message, message
+    assert "the task asks to leave inputs unchanged" in message and "x = x + ..." in message
+    assert "mul_" not in message and "tensor" not in message, message
+
+
+def test_a_backward_that_changes_dy_in_place_names_dy():
+    def residual_block_backward(dy, x, W1, b1, W2):
+        grads = blocks.residual_block_backward(dy.copy(), x, W1, b1, W2)
+        dy *= 0.0
+        return grads
+
+    with pytest.raises(checks.CheckFailed, match="changed its input dy in place"):
+        checks.check_residual_block_backward(residual_block_backward)
+
+
+def test_a_stack_written_for_one_block_or_more_fails_on_the_empty_stack_and_is_told_so():
+    """As the solution was first written: one kept input too many, zipped strictly with params."""
+    with pytest.raises(checks.CheckFailed) as info:
+        checks.check_stack_gradient_norms(mistakes.residuals._stack_norms_one_input_too_many)
+    message = str(info.value)
+    assert "raised ValueError on an empty stack (L = 0 blocks" in message, message
+    assert mistakes.residuals.EMPTY_STACK_RAISES.diagnosis in message, message

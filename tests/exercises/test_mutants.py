@@ -9,6 +9,7 @@ must get the same points, cell by cell.
 """
 
 import json
+import re
 from dataclasses import dataclass
 
 import nbformat
@@ -16,6 +17,7 @@ import pytest
 
 from addnorm_lib.grading.judge import Grade
 from tests.conftest import GRADE_ANYWHERE, ROOT, run_python
+from tests.exercises import task_text_modules as written
 from tests.inprocess import grade_in_process, run_cells
 
 pytestmark = pytest.mark.slow
@@ -31,6 +33,7 @@ class Mutant:
     fails: frozenset[str]  # grade_ids of the test cells that must fail
     phrase: str  # must appear in a failure message
     assignment: str = "layernorm"
+    base: str | None = None  # the answer cell's source before the edits; None: the solution's
 
 
 def forward(name, edits, phrase):
@@ -519,10 +522,768 @@ PLACEMENT_MUTANTS = [
 MUTANTS += PLACEMENT_MUTANTS
 
 
+# Calling torch's own norm, by every route a learner might take: each loses the module's points,
+# with a message that says so (the checks record the norm ops the module called; the judge reads
+# the record).
+LN_MATH = "y = centered / torch.sqrt(var + self.eps)"
+LN_CLASS = "class LayerNorm(nn.Module):"
+RMS_MATH = "y = x32 * torch.rsqrt(mean_square + eps)"
+BN_MATH = "y = (x - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + self.eps)"
+CALLS_TORCH = "calls torch's own normalization functions"
+
+
+def route(name, assignment, edits):
+    cells = {"layernorm": "layer_norm_module", "rmsnorm": "rms_norm_module"}
+    cell = cells.get(assignment, "batch_norm_module")
+    test = f"test_{cell}"
+    return Mutant(f"route: {name}", cell, edits, frozenset({test}), CALLS_TORCH, assignment)
+
+
+ROUTE_MUTANTS = [
+    route(
+        "torch.layer_norm",
+        "layernorm",
+        ((LN_MATH, "y = torch.layer_norm(x, self.normalized_shape, None, None, self.eps)"),),
+    ),
+    route(
+        "torch.ops.aten.native_layer_norm",
+        "layernorm",
+        (
+            (
+                LN_MATH,
+                "y = torch.ops.aten.native_layer_norm("
+                "x, list(self.normalized_shape), None, None, self.eps)[0]",
+            ),
+        ),
+    ),
+    route(
+        "torch.nn.functional looked up by strings",
+        "layernorm",
+        (
+            (LN_CLASS, "import importlib\n\n\n" + LN_CLASS),
+            (
+                LN_MATH,
+                "functional = importlib.import_module('torch.nn.' + 'functional')\n"
+                "        y = getattr(functional, 'layer' + '_norm')("
+                "x, self.normalized_shape, eps=self.eps)",
+            ),
+        ),
+    ),
+    route(
+        "layer_norm imported before the check",
+        "layernorm",
+        (
+            (LN_CLASS, "from torch.nn.functional import layer_norm as _norm\n\n\n" + LN_CLASS),
+            (LN_MATH, "y = _norm(x, self.normalized_shape, eps=self.eps)"),
+        ),
+    ),
+    route(
+        "an nn.LayerNorm inside",
+        "layernorm",
+        (
+            (
+                LN_MATH,
+                "y = nn.LayerNorm("
+                "self.normalized_shape, eps=self.eps, elementwise_affine=False)(x)",
+            ),
+        ),
+    ),
+    route(
+        "torch.nn.functional.group_norm",
+        "layernorm",
+        (
+            (
+                LN_MATH,
+                "rows = x.flatten(x.dim() - len(self.normalized_shape))\n"
+                "        y = torch.nn.functional.group_norm("
+                "rows.reshape(-1, 1, rows.shape[-1]), 1, eps=self.eps).reshape(x.shape)",
+            ),
+        ),
+    ),
+    route(
+        "torch.rms_norm",
+        "rmsnorm",
+        ((RMS_MATH, "y = torch.rms_norm(x32, self.normalized_shape, None, eps)"),),
+    ),
+    route(
+        "torch.ops.aten.rms_norm",
+        "rmsnorm",
+        ((RMS_MATH, "y = torch.ops.aten.rms_norm(x32, list(self.normalized_shape), None, eps)"),),
+    ),
+    route(
+        "an nn.RMSNorm inside",
+        "rmsnorm",
+        (
+            (
+                RMS_MATH,
+                "y = nn.RMSNorm(self.normalized_shape, eps=eps, elementwise_affine=False)(x32)",
+            ),
+        ),
+    ),
+    route(
+        "torch.nn.functional.batch_norm",
+        "batchnorm",
+        ((BN_MATH, "y = torch.nn.functional.batch_norm(x, mean, var, eps=self.eps)"),),
+    ),
+    route(
+        "torch.ops.aten._native_batch_norm_legit_no_training",
+        "batchnorm",
+        (
+            (
+                BN_MATH,
+                "y = torch.ops.aten._native_batch_norm_legit_no_training("
+                "x, None, None, mean, var, 0.0, self.eps)[0]",
+            ),
+        ),
+    ),
+    route(
+        "torch.nn.functional.instance_norm",
+        "batchnorm",
+        (
+            (
+                BN_MATH,
+                "y = torch.nn.functional.instance_norm(x.reshape(x.shape[0], x.shape[1], -1), "
+                "mean, var, use_input_stats=False, eps=self.eps).reshape(x.shape)",
+            ),
+        ),
+    ),
+]
+MUTANTS += ROUTE_MUTANTS
+
+
+def on_written(name, assignment, base, edits, phrase):
+    """A mutant of a module written from the task text alone (no attributes but its parameters):
+    its message must name its mistake, never an attribute the task does not ask for."""
+    cells = {"layernorm": "layer_norm_module", "rmsnorm": "rms_norm_module"}
+    cell = cells.get(assignment, "batch_norm_module")
+    fails = frozenset({f"test_{cell}"})
+    return Mutant(f"written: {name}", cell, edits, fails, phrase, assignment, base)
+
+
+WRITTEN_MUTANTS = [
+    on_written(
+        "LayerNorm, unbiased variance",
+        "layernorm",
+        written.LAYER_NORM_NO_ATTRIBUTES,
+        (
+            (
+                "(centered.square().mean(-1, keepdim=True) + eps)",
+                "(flat.var(-1, keepdim=True) + eps)",
+            ),
+        ),
+        "unbiased variance",
+    ),
+    on_written(
+        "LayerNorm ignores eps",
+        "layernorm",
+        written.LAYER_NORM_NO_ATTRIBUTES,
+        (("+ eps).sqrt()", "+ 1e-5).sqrt()"),),
+        "eps=0.1",
+    ),
+    on_written(
+        "LayerNorm, last axis only",
+        "layernorm",
+        written.LAYER_NORM_NO_ATTRIBUTES,
+        (("n, eps = self._how", "n, eps = 1, self._how[1]"),),
+        "normalized_shape=(3, 5)",
+    ),
+    on_written(
+        "RMSNorm without the upcast",
+        "rmsnorm",
+        written.RMS_NORM_NO_ATTRIBUTES,
+        (
+            ("xc = x.to(torch.float32) if half else x", "xc = x"),
+            (
+                "eps = torch.finfo(xc.dtype).eps",
+                "eps = torch.finfo(torch.float32 if half else x.dtype).eps",
+            ),
+        ),
+        "matches computing the whole norm in float16",
+    ),
+    on_written(
+        "RMSNorm subtracts the mean",
+        "rmsnorm",
+        written.RMS_NORM_NO_ATTRIBUTES,
+        (
+            (
+                "flat = xc.reshape(*x.shape[: x.dim() - n], -1)",
+                "flat = xc.reshape(*x.shape[: x.dim() - n], -1)\n"
+                "        flat = flat - flat.mean(-1, keepdim=True)",
+            ),
+        ),
+        "You subtracted the mean",
+    ),
+    on_written(
+        "RMSNorm, eps=None as the input dtype's",
+        "rmsnorm",
+        written.RMS_NORM_NO_ATTRIBUTES,
+        (("eps = torch.finfo(xc.dtype).eps", "eps = torch.finfo(x.dtype).eps"),),
+        "with eps=None you used torch.finfo(bfloat16).eps",
+    ),
+    on_written(
+        "RMSNorm, eps=None as 1e-6",
+        "rmsnorm",
+        written.RMS_NORM_NO_ATTRIBUTES,
+        (("eps = torch.finfo(xc.dtype).eps", "eps = 1e-6"),),
+        "With eps=None you used a fixed eps of 1e-6",
+    ),
+    on_written(
+        "BatchNorm1d, biased running variance",
+        "batchnorm",
+        written.BATCH_NORM_NO_ATTRIBUTES,
+        (("m * var * n / (n - 1)", "m * var"),),
+        "biased batch variance",
+    ),
+    on_written(
+        "BatchNorm1d, momentum=None as 0.1",
+        "batchnorm",
+        written.BATCH_NORM_NO_ATTRIBUTES,
+        (("1 / self.num_batches_tracked.item()", "0.1"),),
+        "cumulative moving average",
+    ),
+    on_written(
+        "BatchNorm1d, mode from torch.is_grad_enabled()",
+        "batchnorm",
+        written.BATCH_NORM_NO_ATTRIBUTES,
+        (
+            ("if self.training or not tracking:", "if torch.is_grad_enabled() or not tracking:"),
+            ("if self.training and tracking:", "if torch.is_grad_enabled() and tracking:"),
+        ),
+        "torch.is_grad_enabled()",
+    ),
+]
+MUTANTS += WRITTEN_MUTANTS
+
+
+# ----------------------------------------------------------------------------------------------
+# Residuals, DeepNorm and placement (issue 26): degenerate sizes, parameters the initializer must
+# leave alone, in-place updates of inputs, and placement mistakes that are named, not "differs".
+
+residuals = one_cell_mutant("residuals")
+STACK_FORWARD = """    inputs = []  # h_0, ..., h_{L-1}: each block's input (none if L = 0)
+    h = x
+    for W1, b1, W2 in params:
+        inputs.append(h)
+        h = block(h, W1, b1, W2)"""
+INIT_SCALE = "            linear.weight.mul_(beta)"
+POST_ATTN = "x = self.norm1(x + self.self_attn(x))  # (B, T, C)"
+POST_FFN = "return self.norm2(x + self.ffn(x))"
+PRE_ATTN = "x = x + self.self_attn(self.norm1(x))  # (B, T, C)"
+PRE_FFN = "return x + self.ffn(self.norm2(x))"
+STACK_LOOP = "        for layer in self.layers:\n            x = layer(x)  # (B, T, C)\n"
+VASWANI = "return d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)"
+
+BLOCKS_MUTANTS = [
+    residuals(
+        "stack keeps one input too many (fails on an empty stack)",
+        "stack_gradient_norms",
+        (
+            (
+                STACK_FORWARD,
+                "    inputs = [x]\n    for W1, b1, W2 in params[:-1]:\n"
+                "        inputs.append(block(inputs[-1], W1, b1, W2))",
+            ),
+        ),
+        "test_stack_gradient_norms",
+        "Your stack fails on an empty stack (L = 0 blocks, params = [])",
+    ),
+    residuals(
+        "residual block adds to x in place",
+        "blocks",
+        (("return x + hidden @ W2  # (..., C)", "x += hidden @ W2\n    return x"),),
+        "test_blocks",
+        "residual_block changed its input x in place",
+    ),
+    residuals(
+        "backward adds to dy in place",
+        "blocks_backward",
+        (
+            (
+                "return dy + dx_branch, dW1, db1, dW2",
+                "dy += dx_branch\n    return dy, dW1, db1, dW2",
+            ),
+        ),
+        "test_blocks_backward",
+        "changed its input dy in place",
+    ),
+    deepnorm(
+        "residual step scales x in place",
+        "deepnorm_residual",
+        (
+            (
+                "return norm(alpha * x + sublayer(x))",
+                "branch = sublayer(x)\n    x.mul_(alpha)\n    return norm(x + branch)",
+            ),
+        ),
+        "test_deepnorm_residual",
+        "deepnorm_residual changed its input x in place",
+    ),
+    deepnorm(
+        "initializer scales the biases too",
+        "deepnorm_init",
+        ((INIT_SCALE, INIT_SCALE + "\n            linear.bias.mul_(beta)"),),
+        "test_deepnorm_init",
+        "you scaled self_attn.v_proj.bias by beta",
+    ),
+    deepnorm(
+        "initializer zeroes the biases",
+        "deepnorm_init",
+        ((INIT_SCALE, INIT_SCALE + "\n            linear.bias.zero_()"),),
+        "test_deepnorm_init",
+        "you set self_attn.v_proj.bias to zero",
+    ),
+    deepnorm(
+        "initializer scales one weight twice",
+        "deepnorm_init",
+        (("            layer.ffn.fc1,\n", "            layer.ffn.fc1,\n" * 2),),
+        "test_deepnorm_init",
+        "ffn.fc1.weight was multiplied by beta twice",
+    ),
+    placement(
+        "Post-LN parallel block",
+        "post_ln_block",
+        (
+            (POST_ATTN, "h = self.norm1(x + self.self_attn(x))"),
+            (POST_FFN, "return self.norm2(h + self.ffn(x))"),
+        ),
+        "test_post_ln_block",
+        "Your block is a parallel block: the FFN reads the block's input x",
+    ),
+    placement(
+        "Pre-LN parallel block",
+        "pre_ln_block",
+        (
+            (PRE_ATTN, "y = x + self.self_attn(self.norm1(x))"),
+            (PRE_FFN, "return y + self.ffn(self.norm2(x))"),
+        ),
+        "test_pre_ln_block",
+        "Your block is a parallel block (as GPT-J's)",
+    ),
+    placement(
+        "Post-LN block without norm1",
+        "post_ln_block",
+        ((POST_ATTN, "x = x + self.self_attn(x)"),),
+        "test_post_ln_block",
+        "Your block is missing norm1",
+    ),
+    placement(
+        "Post-LN block without norm2",
+        "post_ln_block",
+        ((POST_FFN, "return x + self.ffn(x)"),),
+        "test_post_ln_block",
+        "Your block is missing norm2",
+    ),
+    placement(
+        "Pre-LN block without norm2",
+        "pre_ln_block",
+        ((PRE_FFN, "return x + self.ffn(x)"),),
+        "test_pre_ln_block",
+        "Your block is missing norm2",
+    ),
+    placement(
+        "stack skips its last layer",
+        "pre_ln_stack",
+        (("for layer in self.layers:", "for layer in self.layers[:-1]:"),),
+        "test_pre_ln_stack",
+        "Your stack skips its last layer",
+    ),
+    placement(
+        "stack applies its norm inside the loop (empty stack)",
+        "pre_ln_stack",
+        (
+            (
+                STACK_LOOP + "        return self.norm(x)",
+                "        for i, layer in enumerate(self.layers):\n            x = layer(x)\n"
+                "            if i == len(self.layers) - 1:\n                x = self.norm(x)\n"
+                "        return x",
+            ),
+        ),
+        "test_pre_ln_stack",
+        "with no layers (an empty stack) the loop never runs",
+    ),
+    placement(
+        "stack reads its first layer (empty stack)",
+        "pre_ln_stack",
+        (
+            (
+                STACK_LOOP,
+                "        x = self.layers[0](x)\n        for layer in self.layers[1:]:\n"
+                "            x = layer(x)\n",
+            ),
+        ),
+        "test_pre_ln_stack",
+        "a stack of no layers, raised IndexError",
+    ),
+    placement(
+        "schedule with d_model ** 0.5",
+        "schedules",
+        (("return d_model**-0.5 * min(", "return d_model**0.5 * min("),),
+        "test_schedules",
+        "Your schedule multiplies by d_model ** 0.5",
+    ),
+    placement(
+        "schedule with fractional exponents unparenthesized",
+        "schedules",
+        ((VASWANI, "return d_model**-1 / 2 * min(step**-1 / 2, step * warmup**-3 / 2)"),),
+        "test_schedules",
+        "you wrote `d_model ** -1/2` and `step ** -1/2` and `warmup ** -3/2`",
+    ),
+    placement(
+        "schedule with step ** -1/2 only",
+        "schedules",
+        ((VASWANI, "return d_model**-0.5 * min(step**-1 / 2, step * warmup**-1.5)"),),
+        "test_schedules",
+        "you wrote `step ** -1/2`, which Python reads as `(step ** -1) / 2`",
+    ),
+    placement(
+        "warm-up schedule with ** 1/2",
+        "schedules",
+        (("math.sqrt(warmup / step)", "(warmup / step) ** 1 / 2"),),
+        "test_schedules",
+        "you wrote `(warmup / step) ** 1/2`",
+    ),
+]
+MUTANTS += BLOCKS_MUTANTS
+# ----------------------------------------------------------------------------------------------
+
+
+# ----------------------------------------------------------------------------------------------
+# Norms (issue 26, second part): low-precision, mixed-dtype and non-contiguous module inputs,
+# eps=0, backward passes that are named, numpy answers that call torch's own norms, and advice
+# in the language of the code (torch or numpy).
+
+layernorm = one_cell_mutant("layernorm")
+CALLS_NORM = "calls torch's own normalization functions"
+IN_BFLOAT16 = "matches computing the whole norm in bfloat16"
+PROMOTES = "With float32 parameters, `y * self.weight` promotes"
+VIEW_REFUSED = ".view() refuses it"
+LN_FLAT = "flat = xc.reshape(*x.shape[: x.dim() - n], -1)"
+LN_VIEW = "flat = xc.view(-1, x.shape[-1]) if n == 1 else " + LN_FLAT.removeprefix("flat = ")
+RMS_EPS = "eps = torch.finfo(x32.dtype).eps if self.eps is None else self.eps"
+
+# BatchNorm on inputs where no two of N, C and L are equal: a per-channel vector broadcast along
+# the batch axis, a channels-last result put back in the wrong order, and .view on a transposed
+# tensor are each named (issue 26).
+MISBROADCAST = "lines it up with the batch axis of (N, C) input"
+SCRAMBLED = "before moving the channel axis back"
+BN_AXES = "    axes = (0, *range(2, x.ndim))  # batch and length axes: one statistic per channel\n"
+BN_CHANNELS_LAST = (
+    "    given = x\n"
+    "    x = np.moveaxis(x, 1, -1).reshape(-1, x.shape[1])  # channels last, (N * L, C)\n"
+    "    axes = (0,)\n"
+)
+BN_RETURN = "    return gamma.reshape(shape) * x_hat + beta.reshape(shape), new_mean, new_var"
+BN_BACKWARD_AXES = "    axes = (0, *range(2, x.ndim))\n    shape = (1, -1) + (1,) * (x.ndim - 2)\n"
+BN_BACKWARD_CHANNELS_LAST = (
+    "    given = x\n"
+    "    x = np.moveaxis(x, 1, -1).reshape(-1, x.shape[1])  # channels last, (N * L, C)\n"
+    "    dy = np.moveaxis(dy, 1, -1).reshape(x.shape)\n"
+    "    axes, shape = (0,), (1, -1)\n"
+)
+BN_BACKWARD_RETURN = "    return inv_std * (dx_hat - mean_term - var_term), dgamma, dbeta"
+BN_MODULE_AXES = "        axes = [0, *range(2, x.dim())]  # batch and length axes\n"
+
+
+def bn_module_channels_last(flatten: str) -> str:
+    """The module's first lines computing channels last, (N * L, C), flattened by ``flatten``."""
+    return (
+        "        given = x.shape\n"
+        "        if x.dim() == 3:  # channels last, (N * L, C)\n"
+        f"            x = x.transpose(1, 2).{flatten}(-1, x.shape[1])\n"
+        "        axes = [0]\n"
+    )
+
+
+NORMS_MUTANTS = [
+    layernorm(
+        "layer_norm calls torch's layer_norm",
+        "layer_norm",
+        (
+            (
+                "return (gamma * x_hat + beta).astype(x.dtype, copy=False)",
+                "t = torch.from_numpy\n    return torch.nn.functional.layer_norm("
+                "t(x), x.shape[-1:], t(gamma), t(beta), eps).numpy()",
+            ),
+        ),
+        "test_layer_norm",
+        CALLS_NORM,
+    ),
+    layernorm(
+        "backward with the unbiased variance",
+        "layer_norm_backward",
+        (
+            (
+                "inv_std = 1.0 / np.sqrt((centered**2).mean(axis=-1, keepdims=True) + eps)",
+                "inv_std = 1.0 / np.sqrt(x.var(axis=-1, ddof=1, keepdims=True) + eps)",
+            ),
+        ),
+        "test_layer_norm_backward",
+        "recomputes the variance unbiased",
+    ),
+    layernorm(
+        "LayerNorm computes bfloat16 in bfloat16",
+        "layer_norm_module",
+        (
+            (
+                "half = x.dtype in (torch.float16, torch.bfloat16)",
+                "half = x.dtype == torch.float16",
+            ),
+        ),
+        "test_layer_norm_module",
+        IN_BFLOAT16,
+    ),
+    layernorm(
+        "LayerNorm casts back before the affine step",
+        "layer_norm_module",
+        (
+            (
+                "y = centered / torch.sqrt(var + self.eps)",
+                "y = (centered / torch.sqrt(var + self.eps)).to(x.dtype)",
+            ),
+            ("return y.to(x.dtype)", "return y"),
+        ),
+        "test_layer_norm_module",
+        PROMOTES,
+    ),
+    layernorm(
+        "LayerNorm takes eps=0 for the default",
+        "layer_norm_module",
+        (("var + self.eps", "var + (self.eps or 1e-5)"),),
+        "test_layer_norm_module",
+        "With eps=0 you used the default eps",
+    ),
+    Mutant(
+        "LayerNorm views a non-contiguous input",
+        "layer_norm_module",
+        ((LN_FLAT, LN_VIEW),),
+        frozenset({"test_layer_norm_module"}),
+        VIEW_REFUSED,
+        "layernorm",
+        written.LAYER_NORM_NO_ATTRIBUTES,
+    ),
+    rmsnorm(
+        "rms_norm calls torch's rms_norm",
+        "rms_norm",
+        (
+            (
+                "return (x_hat * weight).astype(x.dtype, copy=False)",
+                "t = torch.from_numpy\n    return torch.rms_norm("
+                "t(x), x.shape[-1:], t(weight), eps).numpy()",
+            ),
+        ),
+        "test_rms_norm",
+        CALLS_NORM,
+    ),
+    rmsnorm(
+        "RMSNorm backward sums where the mean belongs",
+        "rms_norm_backward",
+        (
+            (
+                "(dx_hat * x_hat).mean(axis=-1, keepdims=True)",
+                "(dx_hat * x_hat).sum(axis=-1, keepdims=True)",
+            ),
+        ),
+        "test_rms_norm_backward",
+        "uses a *sum* over the features",
+    ),
+    rmsnorm(
+        "RMSNorm backward with LayerNorm's formula",
+        "rms_norm_backward",
+        (
+            (
+                "(dx_hat - through_rms) / rms",
+                "(dx_hat - dx_hat.mean(axis=-1, keepdims=True) - through_rms) / rms",
+            ),
+        ),
+        "test_rms_norm_backward",
+        "LayerNorm's term through the mean",
+    ),
+    rmsnorm(
+        "RMSNorm backward without eps",
+        "rms_norm_backward",
+        (
+            (
+                "rms = np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps)",
+                "rms = np.sqrt((x * x).mean(axis=-1, keepdims=True))",
+            ),
+        ),
+        "test_rms_norm_backward",
+        "leaves eps out of the RMS",
+    ),
+    rmsnorm(
+        "RMSNorm computes bfloat16 in bfloat16, with float32's eps",
+        "rms_norm_module",
+        (
+            (
+                "x32 = x.float() if half else x",
+                "x32 = x.float() if x.dtype == torch.float16 else x",
+            ),
+            (
+                RMS_EPS,
+                RMS_EPS.replace("finfo(x32.dtype)", "finfo(torch.float32 if half else x.dtype)"),
+            ),
+        ),
+        "test_rms_norm_module",
+        IN_BFLOAT16,
+    ),
+    rmsnorm(
+        "RMSNorm takes eps=0 for eps=None",
+        "rms_norm_module",
+        ((RMS_EPS, "eps = self.eps or torch.finfo(x32.dtype).eps"),),
+        "test_rms_norm_module",
+        "With eps=0 you used the eps of eps=None",
+    ),
+    Mutant(
+        "RMSNorm views a non-contiguous input",
+        "rms_norm_module",
+        ((LN_FLAT, LN_VIEW),),
+        frozenset({"test_rms_norm_module"}),
+        VIEW_REFUSED,
+        "rmsnorm",
+        written.RMS_NORM_NO_ATTRIBUTES,
+    ),
+    batchnorm(
+        "batch_norm calls torch's batch_norm",
+        "batch_norm",
+        (
+            (
+                "return gamma.reshape(shape) * x_hat + beta.reshape(shape), new_mean, new_var",
+                "t = torch.from_numpy\n    y = torch.nn.functional.batch_norm("
+                "t(x), t(mean), t(var), t(gamma), t(beta), eps=eps).numpy()\n"
+                "    return y, new_mean, new_var",
+            ),
+        ),
+        "test_batch_norm",
+        CALLS_NORM,
+    ),
+    batchnorm(
+        "BatchNorm backward with LayerNorm's axes",
+        "batch_norm_backward",
+        (("    axes = (0, *range(2, x.ndim))\n", "    axes = (-1,)\n"),),
+        "test_batch_norm_backward",
+        "LayerNorm's axes",
+    ),
+    batchnorm(
+        "BatchNorm1d computes bfloat16 in bfloat16",
+        "batch_norm_module",
+        (("if dtype in (torch.float16, torch.bfloat16):", "if dtype == torch.float16:"),),
+        "test_batch_norm_module",
+        IN_BFLOAT16,
+    ),
+    batchnorm(
+        "BatchNorm1d promotes float16 to float32",
+        "batch_norm_module",
+        (("return y.to(dtype)", "return y"),),
+        "test_batch_norm_module",
+        PROMOTES,
+    ),
+    batchnorm(
+        "BatchNorm1d takes eps=0 for the default",
+        "batch_norm_module",
+        (("num_features, eps, momentum\n", "num_features, eps or 1e-5, momentum\n"),),
+        "test_batch_norm_module",
+        "With eps=0 you used the default eps",
+    ),
+    batchnorm(
+        "batch_norm broadcasts the statistics along the batch axis",
+        "batch_norm",
+        (
+            (
+                "x_hat = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + eps)",
+                "x_hat = (x - mean[:, None]) / np.sqrt(var[:, None] + eps)",
+            ),
+        ),
+        "test_batch_norm",
+        MISBROADCAST,
+    ),
+    batchnorm(
+        "batch_norm reshapes a channels-last y to x's shape",
+        "batch_norm",
+        (
+            (BN_AXES, BN_CHANNELS_LAST),
+            (
+                BN_RETURN,
+                "    y = gamma.reshape(shape) * x_hat + beta.reshape(shape)  # (N * L, C)\n"
+                "    return np.moveaxis(y.reshape(given.shape), -1, 1), new_mean, new_var",
+            ),
+        ),
+        "test_batch_norm",
+        SCRAMBLED,
+    ),
+    batchnorm(
+        "BatchNorm backward broadcasts gamma along the batch axis",
+        "batch_norm_backward",
+        (("dx_hat = dy * gamma.reshape(shape)", "dx_hat = dy * gamma[:, None]"),),
+        "test_batch_norm_backward",
+        MISBROADCAST,
+    ),
+    batchnorm(
+        "BatchNorm backward reshapes a channels-last dx to x's shape",
+        "batch_norm_backward",
+        (
+            (BN_BACKWARD_AXES, BN_BACKWARD_CHANNELS_LAST),
+            (
+                BN_BACKWARD_RETURN,
+                "    dx = inv_std * (dx_hat - mean_term - var_term)  # (N * L, C)\n"
+                "    return np.moveaxis(dx.reshape(given.shape), -1, 1), dgamma, dbeta",
+            ),
+        ),
+        "test_batch_norm_backward",
+        SCRAMBLED,
+    ),
+    batchnorm(
+        "BatchNorm1d broadcasts the statistics along the batch axis",
+        "batch_norm_module",
+        (
+            (
+                "y = (x - mean.reshape(shape)) / torch.sqrt(var.reshape(shape) + self.eps)",
+                "y = (x - mean[:, None]) / torch.sqrt(var[:, None] + self.eps)",
+            ),
+        ),
+        "test_batch_norm_module",
+        MISBROADCAST,
+    ),
+    batchnorm(
+        "BatchNorm1d reshapes a channels-last y to x's shape",
+        "batch_norm_module",
+        (
+            (BN_MODULE_AXES, bn_module_channels_last("reshape")),
+            (
+                "        return y.to(dtype)",
+                "        y = y.reshape(given).transpose(1, 2) if len(given) == 3 else y\n"
+                "        return y.to(dtype)",
+            ),
+        ),
+        "test_batch_norm_module",
+        SCRAMBLED,
+    ),
+    batchnorm(
+        "BatchNorm1d views a transposed input",
+        "batch_norm_module",
+        (
+            (BN_MODULE_AXES, bn_module_channels_last("view")),
+            (
+                "        return y.to(dtype)",
+                "        if len(given) == 3:\n"
+                "            y = y.reshape(given[0], given[2], given[1]).transpose(1, 2)\n"
+                "        return y.to(dtype)",
+            ),
+        ),
+        "test_batch_norm_module",
+        VIEW_REFUSED,
+    ),
+]
+MUTANTS += NORMS_MUTANTS
+# (end of the norms block) ---------------------------------------------------------------------
+
+
 def mutate(nb, mutant):
-    """A copy of nb with the mutant's edits applied to its answer cell."""
+    """A copy of nb with the mutant's edits applied to its answer cell (to ``mutant.base``, when
+    it has one, in place of the cell's own source)."""
     nb = nbformat.from_dict(nb)
     (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == mutant.cell]
+    if mutant.base is not None:
+        cell.source = mutant.base
     for old, new in mutant.edits:
         assert old in cell.source, f"mutant {mutant.name!r} no longer applies: {old!r} not found"
         cell.source = cell.source.replace(old, new)
@@ -546,6 +1307,11 @@ def assert_caught(mutant, result):
     assert failed == mutant.fails, f"{mutant.name}: expected {sorted(mutant.fails)} to fail"
     messages = "\n".join(cell.message for cell in result.cells)
     assert mutant.phrase in messages, messages
+    assert not ATTRIBUTE_MESSAGE.search(messages), messages
+
+
+# What the module checks said about attributes the task never asks for (never again)
+ATTRIBUTE_MESSAGE = re.compile(r"\.(normalized_shape|eps|elementwise_affine) should be")
 
 
 # Right for every input the spec allows, and nothing more: x is (N, C) or (N, C, L).
@@ -565,6 +1331,20 @@ def test_a_batchnorm_written_to_the_spec_gets_every_point():
         assert old in cell.source
         cell.source = cell.source.replace(old, new)
     result = grade_in_process(nb, "batchnorm")
+    assert result.total == result.max_total, [(c.grade_id, c.message) for c in result.cells]
+
+
+@pytest.mark.parametrize(
+    "module", written.TASK_TEXT_MODULES, ids=lambda m: m.name.replace(" ", "-")
+)
+def test_a_module_written_from_the_task_text_alone_gets_every_point(module):
+    """The module checks read what the task asks for, and nothing else: how a module stores its
+    constructor's arguments (an int normalized_shape, eps as variance_epsilon, no attribute at
+    all) is the learner's choice."""
+    nb = nbformat.read(SOLUTIONS / f"{module.assignment}.ipynb", as_version=4)
+    (cell,) = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == module.cell]
+    cell.source = module.source
+    result = grade_in_process(nb, module.assignment)
     assert result.total == result.max_total, [(c.grade_id, c.message) for c in result.cells]
 
 

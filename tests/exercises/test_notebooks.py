@@ -1,11 +1,12 @@
 """Solution notebooks pass under the grader; every graded cell of every released exercise fails."""
 
 import itertools
+import json
 
 import nbformat
 import pytest
 
-from addnorm_lib.authoring import release
+from addnorm_lib.authoring import docstrings, release
 from addnorm_lib.grading import pipeline as grade
 from tests.conftest import EXERCISES, ROOT, SOLUTIONS
 
@@ -107,3 +108,28 @@ def test_every_cell_said_to_be_skipped_is_skipped_by_nbval(path):
         if cell.cell_type == "code" and "NBVAL_SKIP" in cell.source:
             markers = dict(find_comment_markers(cell.source))
             assert markers.get("skip") is True, (path.name, cell.source[:80])
+
+
+@pytest.mark.parametrize(
+    "path", [*SOLUTIONS, *EXERCISES], ids=lambda path: f"{path.parent.name}/{path.name}"
+)
+def test_no_docstring_is_broken_mid_sentence(path):
+    """A stub's docstring is the task: no word left alone on a line mid-sentence, no entry of
+    an Args section continued without its hanging indent (what a line-by-line reflow leaves)."""
+    found = docstrings.notebook_problems(json.loads(path.read_text(encoding="utf-8")))
+    assert not found, f"{path.name}: docstrings broken mid-sentence:\n" + "\n".join(found)
+
+
+def cell_docstrings(nb) -> list[list[str]]:
+    """The docstrings of each code cell, in order."""
+    code = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+    return [[text for _, text in docstrings.docstrings(source)] for source in code]
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
+def test_the_release_copies_every_docstring_as_written(path):
+    """make exercises replaces answers and drops hidden tests, and never re-wraps a docstring."""
+    solution = nbformat.read(path, as_version=4)
+    exercise = release.release(solution, path.name)
+    assert cell_docstrings(exercise) == cell_docstrings(solution)
+    assert any(cell_docstrings(exercise)), f"{path.name} has no docstrings to compare"

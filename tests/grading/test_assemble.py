@@ -260,7 +260,7 @@ def test_a_field_of_the_wrong_type_is_malformed_and_named(path, value, reason):
         assemble.read_submission(solution_with(path, value))
     assert (rejected.value.status, rejected.value.reason) == (
         "malformed",
-        f"not a valid notebook: {reason}",
+        f"not a valid notebook: {reason}. {assemble.RESAVE}",
     )
 
 

@@ -220,8 +220,11 @@ def test_what_only_the_kernel_can_know_is_named_unverified(assignment, tmp_path)
         forged(observations)
         save(tmp_path, "check_layer_norm_module", seed, observations)
     cell = graded(assignment, tmp_path)[MODULE]
-    # the outputs are right, so the points stand; the claim is shown for what it is
-    assert "Not verified by the grader" in cell.message
+    # the outputs are right, so the points stand; the claim is shown for what it is, in words
+    # that do not read as a deduction
+    assert cell.status == "passed" and cell.points == cell.max_points
+    assert cell.message.startswith("Passed: full points.")
+    assert "cannot check" in cell.message and "earns no points" not in cell.message
     assert "not torch.nn.LayerNorm" in cell.message and "built-in norm functions" in cell.message
 
 

@@ -103,12 +103,37 @@ def test_the_points_table_shows_each_failures_diagnosis_in_full_and_the_feedback
     page = report.feedback_path(tmp_path, grade.submission)
     table = report.points_table(grade, page)
     lines = table.split("\n")
-    assert lines[0] == "ada.ipynb: ok"
+    assert lines[0] == "ada.ipynb: graded, 7/10"
     assert lines[1] == "  test_layer_norm               0/3  failed"
     assert " ".join(line.strip() for line in lines[2:4]) == NAMED  # in full, wrapped
     assert all(len(line) <= report.TABLE_WIDTH for line in lines[:-1])
     assert "Hint" not in table and CONTEXT not in table
     assert lines[-2] == "  total                        7/10" and lines[-1].endswith(str(page))
+
+
+def test_the_grade_line_says_graded_and_the_points_not_ok(assignment):
+    """ "ok" next to 0/10 read as a pass: the line says whether the notebook was graded."""
+    stubs = full_marks(assignment)
+    stubs.cells = [CellGrade(c.grade_id, 0, c.max_points, "failed") for c in stubs.cells]
+    assert report.points_table(stubs).split("\n")[0] == "ada.ipynb: graded, 0/10"
+    slow = full_marks(assignment)
+    slow.status, slow.reason = "timeout", "a cell exceeded the per-cell timeout"
+    assert report.headline(slow) == (
+        "ada.ipynb: graded (timeout), 10/10: a cell exceeded the per-cell timeout"
+    )
+    broken = Grade("ada.ipynb", "layernorm", "malformed", "the file is empty", max_total=10)
+    assert report.headline(broken) == "ada.ipynb: not graded (malformed), 0/10: the file is empty"
+    page = report.feedback_html(stubs)
+    assert "<strong>graded</strong>" in page and "total 0/10" in page and ">ok<" not in page
+
+
+def test_a_grade_of_no_known_assignment_has_no_maximum_to_show():
+    unknown = Grade("hw.ipynb", None, "unknown_assignment", "no assignment matches")
+    table = report.points_table(unknown).split("\n")
+    assert table[0] == "hw.ipynb: not graded (unknown_assignment), 0 points: no assignment matches"
+    assert table[-1].split() == ["total", "0", "points"] and "0/0" not in report.feedback_html(
+        unknown
+    )
 
 
 def test_the_points_table_shows_the_notes_on_what_was_graded(assignment):
@@ -128,7 +153,7 @@ def test_without_a_named_mistake_the_table_shows_the_first_line():
 
 def test_progress_is_one_line_per_submission_in_a_log(assignment, capsys):
     report.progress(2, 5, full_marks(assignment))
-    assert capsys.readouterr().err == "[2/5] ada.ipynb: ok, 10/10\n"
+    assert capsys.readouterr().err == "[2/5] ada.ipynb: graded, 10/10\n"
 
 
 def test_the_summary_counts_submissions_by_status(assignment, tmp_path):

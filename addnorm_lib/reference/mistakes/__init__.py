@@ -42,7 +42,12 @@ from addnorm_lib.reference.mistakes.residuals import (
     RESIDUAL_BLOCK_MISTAKES,
     STACK_NORMS_MISTAKES,
 )
-from addnorm_lib.reference.mistakes.rmsnorm import RMS_NORM_BACKWARD_MISTAKES, RMS_NORM_MISTAKES
+from addnorm_lib.reference.mistakes.rmsnorm import (
+    RMS_NORM_BACKWARD_MISTAKES,
+    RMS_NORM_DEFAULT_EPS_MISTAKES,
+    RMS_NORM_MISTAKES,
+    RMS_NORM_ZERO_EPS_MISTAKES,
+)
 
 __all__ = [
     "BATCH_NORM_BACKWARD_DGAMMA_MISTAKES",
@@ -61,7 +66,9 @@ __all__ = [
     "RESIDUAL_BACKWARD_MISTAKES",
     "RESIDUAL_BLOCK_MISTAKES",
     "RMS_NORM_BACKWARD_MISTAKES",
+    "RMS_NORM_DEFAULT_EPS_MISTAKES",
     "RMS_NORM_MISTAKES",
+    "RMS_NORM_ZERO_EPS_MISTAKES",
     "RSQRT_SLIPS",
     "SCHEDULE_SLIPS",
     "STACK_NORMS_MISTAKES",

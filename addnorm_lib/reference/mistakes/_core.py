@@ -53,20 +53,32 @@ def _batch_axes(x, gamma):
     return (0, *range(2, x.ndim)), (1, -1) + (1,) * (x.ndim - 2)
 
 
+def _batch_with_layer_axes(x, gamma):
+    """BatchNorm's gamma (along axis 1) with LayerNorm's statistics, over the last axis."""
+    return (-1,), _batch_axes(x, gamma)[1]
+
+
 # norm -> (x, gamma) -> (reduced axes, the shape gamma is reshaped to)
-_NORM_AXES = {"layer": _layer_axes, "batch": _batch_axes}
+_NORM_AXES = {
+    "layer": _layer_axes,
+    "batch": _batch_axes,
+    "batch_layer_axes": _batch_with_layer_axes,
+}
 
 
-def _backward_dx(norm="layer", keep_mean_term=True, keep_var_term=True, use_gamma=True):
-    """A norm's dx with terms dropped on purpose; ``norm`` is ``"layer"`` or ``"batch"``.
+def _backward_dx(norm="layer", keep_mean_term=True, keep_var_term=True, use_gamma=True, ddof=0):
+    """A norm's dx with terms dropped on purpose; ``norm`` names its axes (``"layer"``,
+    ``"batch"``, or ``"batch_layer_axes"``: BatchNorm's gamma with LayerNorm's statistics);
+    ``ddof=1`` takes the unbiased variance.
 
-    The returned ``compute(dy, x, gamma, eps)`` gives ``(dx, None, None)``, dx of x's shape.
+    The returned ``compute(dy, x, gamma, eps)`` gives ``(dx, dgamma, None)``: dx of x's shape,
+    and dgamma, summed over every axis but gamma's, from the same (wrong) x_hat.
     """
     axes_of = dispatch(_NORM_AXES, norm, "backward dx")
 
     def compute(dy, x, gamma, eps=1e-5):
         axes, channel = axes_of(x, gamma)
-        mean, var = _stats(x, axes)
+        mean, var = _stats(x, axes, ddof)
         inv_std = 1.0 / np.sqrt(var + eps)
         x_hat = (x - mean) * inv_std
         dx_hat = dy * gamma.reshape(channel) if use_gamma else dy
@@ -75,6 +87,9 @@ def _backward_dx(norm="layer", keep_mean_term=True, keep_var_term=True, use_gamm
             dx = dx - dx_hat.mean(axis=axes, keepdims=True)
         if keep_var_term:
             dx = dx - x_hat * (dx_hat * x_hat).mean(axis=axes, keepdims=True)
-        return dx * inv_std, None, None
+        offset = x.ndim - len(channel)  # gamma's shape is aligned with x's last axes
+        summed = tuple(a for a in range(x.ndim) if a < offset or channel[a - offset] == 1)
+        dgamma = (dy * x_hat).sum(axis=summed).reshape(gamma.shape)
+        return dx * inv_std, dgamma, None
 
     return compute

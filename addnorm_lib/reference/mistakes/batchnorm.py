@@ -57,6 +57,70 @@ def _batch_norm_variant(
     return batch_norm
 
 
+def _broadcast_along_batch_axis(
+    x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5
+):
+    """batch_norm with every per-channel vector written ``v[:, None]``, shape (C, 1): right for
+    (N, C, L) input, lined up with the batch axis of (N, C) input (NumPy raises unless N == C)."""
+    axes = (0, *range(2, x.ndim))
+    mean = x.mean(axis=axes)  # (C,)
+    var = ((x - mean[:, None]) ** 2).mean(axis=axes)  # on (N, C): an error unless N == C
+    n = x.size // x.shape[1]
+    if training:
+        new_mean = (1 - momentum) * running_mean + momentum * mean
+        new_var = (1 - momentum) * running_var + momentum * var * n / (n - 1)
+    else:
+        mean, var = running_mean, running_var
+        new_mean, new_var = running_mean.copy(), running_var.copy()
+    x_hat = (x - mean[:, None]) / np.sqrt(var[:, None] + eps)
+    return gamma[:, None] * x_hat + beta[:, None], new_mean, new_var
+
+
+def _channels_last_scrambled(y):
+    """What becomes of an (N, C, L) result ``y`` computed channels last, as (N * L, C), and
+    reshaped straight to (N, C, L) before the channel axis is moved back: an (N, L, C) array,
+    right only when C == L. (N, C) input is left as it is."""
+    if y.ndim < 3:
+        return y
+    flat = np.moveaxis(y, 1, -1).reshape(-1, y.shape[1])  # (N * L, C)
+    return np.moveaxis(flat.reshape(y.shape), -1, 1)  # (N, L, C)
+
+
+def _reshaped_before_moving_back(
+    x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5
+):
+    """batch_norm computed channels last, its y of (N, C, L) input scrambled to (N, L, C)."""
+    y, new_mean, new_var = _batch_norm_variant()(
+        x, gamma, beta, running_mean, running_var, training, momentum, eps
+    )
+    return _channels_last_scrambled(y), new_mean, new_var
+
+
+#: said when a per-channel vector is broadcast along the batch or the length axis
+MISBROADCAST_DIAGNOSIS = (
+    "Your code broadcasts a per-channel vector of shape (C,) (a statistic, gamma or beta) along "
+    "the wrong axis of x: `v[:, None]`, of shape (C, 1), lines it up with the batch axis of "
+    "(N, C) input, and a bare (C,) vector with the length axis of (N, C, L) input. It only works "
+    "when that axis is as long as the channels (N == C, or L == C); otherwise it raises, or "
+    "mixes up the channels."
+)
+MISBROADCAST_HINT = (
+    "Put every per-channel vector on axis 1: v.reshape(shape) with "
+    "shape = (1, -1) + (1,) * (x.ndim - 2), i.e. (1, C) or (1, C, 1)."
+)
+#: said when a result computed channels last comes back with its axes scrambled
+CHANNELS_LAST_DIAGNOSIS = (
+    "You computed with the channels last, as (N * L, C), then reshaped the result straight to "
+    "x's shape (N, C, L) before moving the channel axis back: the values come back in "
+    "(N, L, C) order, which is right only when C == L."
+)
+CHANNELS_LAST_HINT = (
+    "Undo the steps in reverse order: reshape to the channels-last shape (N, L, C) first, then "
+    "move the channel axis back, np.moveaxis(y.reshape(N, L, C), -1, 1) (or .transpose(1, 2) "
+    "in torch)."
+)
+
+
 BATCH_NORM_MISTAKES = (
     Mistake(
         "feature_axis",
@@ -123,6 +187,17 @@ BATCH_NORM_MISTAKES = (
         _batch_norm_variant(eps_outside_sqrt=True),
     ),
     Mistake(
+        "eps_zero_as_default",
+        "With eps=0 you used the default eps (1e-5) instead: `eps or 1e-5` (or `if not eps`) "
+        "takes 0 for a missing value.",
+        "0 is a valid eps: use the eps you are given; test for a missing one with `eps is None`.",
+        lambda x, gamma, beta, running_mean, running_var, training, momentum=0.1, eps=1e-5: (
+            _batch_norm_variant()(
+                x, gamma, beta, running_mean, running_var, training, momentum, eps or 1e-5
+            )
+        ),
+    ),
+    Mistake(
         "no_gamma",
         "You left out gamma: the normalized x_hat must be scaled per channel.",
         "Finish with gamma * x_hat + beta, gamma and beta reshaped to (1, C) or (1, C, 1).",
@@ -134,7 +209,41 @@ BATCH_NORM_MISTAKES = (
         "Finish with gamma * x_hat + beta, gamma and beta reshaped to (1, C) or (1, C, 1).",
         _batch_norm_variant(use_beta=False),
     ),
+    Mistake(
+        "broadcast_along_batch_axis",
+        MISBROADCAST_DIAGNOSIS,
+        MISBROADCAST_HINT,
+        _broadcast_along_batch_axis,
+    ),
+    Mistake(
+        "reshaped_before_moving_back",
+        CHANNELS_LAST_DIAGNOSIS,
+        CHANNELS_LAST_HINT,
+        _reshaped_before_moving_back,
+    ),
 )
+
+
+def _backward_broadcast_along_batch_axis(dy, x, gamma, eps=1e-5):
+    """The backward with gamma written ``gamma[:, None]``: an error on (N, C) input unless
+    N == C (the statistics kept their dims, as in the notebook's solution)."""
+    axes = (0, *range(2, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    inv_std = 1.0 / np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True) + eps)
+    x_hat = (x - mean) * inv_std
+    dx_hat = dy * gamma[:, None]  # (C, 1): along the batch axis of (N, C) input
+    dx = inv_std * (
+        dx_hat
+        - dx_hat.mean(axis=axes, keepdims=True)
+        - x_hat * (dx_hat * x_hat).mean(axis=axes, keepdims=True)
+    )
+    return dx, (dy * x_hat).sum(axis=axes), dy.sum(axis=axes)
+
+
+def _backward_reshaped_before_moving_back(dy, x, gamma, eps=1e-5):
+    """The backward computed channels last, its dx of (N, C, L) input scrambled to (N, L, C)."""
+    dx, dgamma, _ = _backward_dx("batch")(dy, x, gamma, eps)
+    return _channels_last_scrambled(dx), dgamma, dy.sum(axis=(0, *range(2, x.ndim)))
 
 
 BATCH_NORM_BACKWARD_MISTAKES = (
@@ -165,6 +274,26 @@ BATCH_NORM_BACKWARD_MISTAKES = (
         "Your dx forgets gamma: the gradient reaching x_hat is dy * gamma, not dy.",
         "Start the backward with dx_hat = dy * gamma (gamma reshaped to its channel axis).",
         _backward_dx("batch", use_gamma=False),
+    ),
+    Mistake(
+        "backward_layer_norm_axes",
+        "Your backward pass takes the statistics and their means over the last axis, "
+        "LayerNorm's axes: BatchNorm's run over the batch (axis 0, and the length axis 2), one "
+        "per channel.",
+        "Use axes = (0, *range(2, x.ndim)) for the mean, the variance and both means in dx.",
+        _backward_dx("batch_layer_axes"),
+    ),
+    Mistake(
+        "backward_broadcast_along_batch_axis",
+        MISBROADCAST_DIAGNOSIS,
+        MISBROADCAST_HINT,
+        _backward_broadcast_along_batch_axis,
+    ),
+    Mistake(
+        "dx_reshaped_before_moving_back",
+        CHANNELS_LAST_DIAGNOSIS,
+        CHANNELS_LAST_HINT,
+        _backward_reshaped_before_moving_back,
     ),
 )
 

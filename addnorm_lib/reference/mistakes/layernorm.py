@@ -93,6 +93,14 @@ LAYER_NORM_MISTAKES = (
         layer_norm_one_pass,
     ),
     Mistake(
+        "eps_zero_as_default",
+        "With eps=0 you used the default eps (1e-5) instead: `eps or 1e-5` (or `if not eps`) "
+        "takes 0 for a missing value.",
+        "0 is a valid eps: use the eps you are given, and test for a missing one with "
+        "`eps is None`.",
+        lambda x, gamma, beta, eps=1e-5: _normalize(x, -1, eps if eps else 1e-5) * gamma + beta,
+    ),
+    Mistake(
         "gamma_beta_swapped",
         "You swapped gamma and beta: beta * x_hat + gamma.",
         "The scale multiplies, the shift adds: gamma * x_hat + beta.",
@@ -152,6 +160,17 @@ LAYER_NORM_BACKWARD_DX_MISTAKES = (
     ),
 )
 
+#: in the backward pass, x_hat and 1/std recomputed with the unbiased variance (dx and dgamma)
+LAYER_NORM_BACKWARD_UNBIASED = Mistake(
+    "backward_unbiased_variance",
+    "Your backward pass recomputes the variance unbiased (dividing by C - 1, e.g. ddof=1), so "
+    "its x_hat and 1 / sqrt(var + eps) are not the forward pass's.",
+    "Recompute the statistics exactly as the forward pass does: the biased variance, "
+    "mean((x - mean)**2) over the last axis, np.var's default ddof=0.",
+    _backward_dx("layer", ddof=1),
+)
+LAYER_NORM_BACKWARD_DX_MISTAKES = (*LAYER_NORM_BACKWARD_DX_MISTAKES, LAYER_NORM_BACKWARD_UNBIASED)
+
 
 def _ln_backward_dgamma_with_x(dy, x, gamma, eps=1e-5):
     return None, (dy * x).reshape(-1, x.shape[-1]).sum(0), None
@@ -164,4 +183,5 @@ LAYER_NORM_BACKWARD_DGAMMA_MISTAKES = (
         "dgamma = (dy * x_hat) summed over every axis but the last.",
         _ln_backward_dgamma_with_x,
     ),
+    LAYER_NORM_BACKWARD_UNBIASED,
 )

@@ -19,6 +19,7 @@ _STEPS = {
     "norm_on_branch": lambda x, sublayer, norm: x + norm(sublayer(x)),
     "norm_inside_and_after": lambda x, sublayer, norm: norm(x + sublayer(norm(x))),
     "no_residual": lambda x, sublayer, norm: sublayer(x),
+    "no_norm": lambda x, sublayer, norm: x + sublayer(x),
 }
 
 
@@ -39,11 +40,23 @@ _BLOCKS = {
     "norm_on_branch": _steps("norm_on_branch"),
     "post_norm_inside": _steps("norm_inside_and_after"),
     "no_residual": _steps("no_residual"),
+    "missing_norm1_post": (("no_norm", "self_attn", "norm1"), ("post", "ffn", "norm2")),
+    "missing_norm2_post": (("post", "self_attn", "norm1"), ("no_norm", "ffn", "norm2")),
+    "missing_norm1_pre": (("no_norm", "self_attn", "norm1"), ("pre", "ffn", "norm2")),
+    "missing_norm2_pre": (("pre", "self_attn", "norm1"), ("no_norm", "ffn", "norm2")),
+    "no_norm": _steps("no_norm"),
+    # parallel blocks: the FFN reads the block's input x, not the stream after the attention
+    "parallel_post": lambda x, p: p["norm2"](p["norm1"](x + p["self_attn"](x)) + p["ffn"](x)),
+    "parallel_pre": lambda x, p: x + p["self_attn"](p["norm1"](x)) + p["ffn"](p["norm2"](x)),
+    "parallel_pre_one_norm": (
+        lambda x, p: x + p["self_attn"](p["norm1"](x)) + p["ffn"](p["norm1"](x))
+    ),
 }
 
 
 def _block_variant(kind):
-    """A Post-LN or Pre-LN block written the wrong way; ``kind`` names how (a key of _BLOCKS)."""
+    """A Post-LN or Pre-LN block written the wrong way; ``kind`` names how (a key of _BLOCKS):
+    two (step, sublayer, norm) steps, or a function of (x, parts) for a parallel block."""
     steps = dispatch(_BLOCKS, kind, "block")
 
     def compute(x, self_attn, ffn, norm1, norm2):
@@ -51,6 +64,8 @@ def _block_variant(kind):
 
         parts = {"self_attn": self_attn, "ffn": ffn, "norm1": norm1, "norm2": norm2}
         with torch.no_grad():
+            if callable(steps):
+                return steps(x, parts)
             for step, sublayer, norm in steps:
                 x = _STEPS[step](x, parts[sublayer], parts[norm])
             return x
@@ -100,6 +115,31 @@ POST_LN_BLOCK_MISTAKES = (
         "inputs.",
         _POST,
     ),
+    _block_mistake(
+        "parallel_post",
+        "Your block is a parallel block: the FFN reads the block's input x instead of the "
+        "stream after the attention step, norm1(x + self_attn(x)). In a Transformer layer the "
+        "sublayers run one after the other.",
+        _POST,
+    ),
+    _block_mistake(
+        "missing_norm1_post",
+        "Your block is missing norm1: it adds the attention's output to x without normalizing "
+        "the sum, so only the FFN's sum goes through a norm (norm2).",
+        _POST,
+    ),
+    _block_mistake(
+        "missing_norm2_post",
+        "Your block is missing norm2: the FFN's output is added to the stream and returned "
+        "without the second norm, so the block's output is not normalized.",
+        _POST,
+    ),
+    _block_mistake(
+        "no_norm",
+        "Your block has no norm at all: it adds each sublayer's output to the stream and "
+        "never applies norm1 or norm2.",
+        _POST,
+    ),
 )
 PRE_LN_BLOCK_MISTAKES = (
     _block_mistake(
@@ -136,10 +176,47 @@ PRE_LN_BLOCK_MISTAKES = (
         "inputs.",
         _PRE,
     ),
+    _block_mistake(
+        "parallel_pre",
+        "Your block is a parallel block (as GPT-J's): the FFN reads norm2 of the block's input "
+        "x, not of the stream after the attention step, x + self_attn(norm1(x)). The task's "
+        "sublayers run one after the other.",
+        _PRE,
+    ),
+    _block_mistake(
+        "parallel_pre_one_norm",
+        "Your block is a parallel block with one norm (as PaLM's): both sublayers read norm1(x) "
+        "of the block's input. The task's sublayers run one after the other, the FFN on "
+        "norm2 of the stream after the attention step.",
+        _PRE,
+    ),
+    _block_mistake(
+        "missing_norm1_pre",
+        "Your block is missing norm1: the attention reads the stream x itself instead of norm1(x).",
+        _PRE,
+    ),
+    _block_mistake(
+        "missing_norm2_pre",
+        "Your block is missing norm2: the FFN reads the stream itself instead of norm2 of it.",
+        _PRE,
+    ),
+    _block_mistake(
+        "no_norm",
+        "Your block has no norm at all: the sublayers read the stream itself, never norm1 or "
+        "norm2 of it.",
+        _PRE,
+    ),
 )
 
 
-STACK_SLIPS = ("no_final_norm", "norm_after_each", "norm_first", "reversed")
+STACK_SLIPS = (
+    "no_final_norm",
+    "norm_after_each",
+    "norm_first",
+    "reversed",
+    "skips_last",
+    "norm_inside_loop",
+)
 
 
 def _stack_variant(kind):
@@ -149,14 +226,20 @@ def _stack_variant(kind):
     def compute(x, layers, norm):
         import torch
 
+        layers = list(layers)
+        if kind == "reversed":
+            layers = layers[::-1]
+        if kind == "skips_last":
+            layers = layers[:-1]
         with torch.no_grad():
             if kind == "norm_first":
                 x = norm(x)
-            for layer in reversed(layers) if kind == "reversed" else layers:
+            for index, layer in enumerate(layers):
                 x = layer(x)
-                if kind == "norm_after_each":
+                last = index == len(layers) - 1
+                if kind == "norm_after_each" or (kind == "norm_inside_loop" and last):
                     x = norm(x)
-            return norm(x) if kind in ("reversed",) else x
+            return norm(x) if kind in ("reversed", "skips_last") else x
 
     return compute
 
@@ -187,26 +270,91 @@ PRE_LN_STACK_MISTAKES = (
         "Apply self.layers in the order given.",
         _stack_variant("reversed"),
     ),
+    Mistake(
+        "skips_last",
+        "Your stack skips its last layer: it applies every layer but the last, then the norm.",
+        "Loop over all of self.layers (for layer in self.layers, not self.layers[:-1] or "
+        "range(len(self.layers) - 1)).",
+        _stack_variant("skips_last"),
+    ),
+)
+
+#: What a stack with no layers gets wrong when it is right for any other number of layers.
+PRE_LN_EMPTY_STACK_MISTAKES = (
+    Mistake(
+        "norm_inside_loop",
+        "Your stack applies the final norm inside the loop, after the last layer: with no "
+        "layers (an empty stack) the loop never runs and the norm is never applied. An empty "
+        "Pre-LN stack returns norm(x).",
+        "Apply the norm after the loop: for layer in self.layers: x = layer(x); then return "
+        "self.norm(x).",
+        _stack_variant("norm_inside_loop"),
+    ),
 )
 
 
-SCHEDULE_SLIPS = ("off_by_one", "no_d_model", "warmup_power", "max")
+SCHEDULE_SLIPS = (
+    "off_by_one",
+    "no_d_model",
+    "warmup_power",
+    "max",
+    "d_model_positive_power",
+    "rise_parenthesized",
+)
+# Exponents written as fractions without parentheses, as Python reads them: ``** -1/2`` is
+# ``(** -1) / 2``. Each term the slip can touch, with its source as the learner wrote it.
+PRECEDENCE_TERMS = {
+    "d_model": "d_model ** -1/2",
+    "step": "step ** -1/2",
+    "warmup": "warmup ** -3/2",
+}
+PYTHON_READS = {
+    "d_model": "(d_model ** -1) / 2",
+    "step": "(step ** -1) / 2",
+    "warmup": "(warmup ** -3) / 2",
+}
 
 
-def _schedule_variant(kind):
-    """vaswani_lr(step, d_model, warmup) with one slip (one of SCHEDULE_SLIPS); a 0-d array, as
-    the judge compares."""
-    dispatch(dict.fromkeys(SCHEDULE_SLIPS), kind, "schedule")
+def _schedule_variant(kind, precedence=()):
+    """vaswani_lr(step, d_model, warmup) with one slip (one of SCHEDULE_SLIPS, or "precedence"
+    with ``precedence`` naming the terms of PRECEDENCE_TERMS written without parentheses); a 0-d
+    array, as the judge compares."""
+    dispatch(dict.fromkeys((*SCHEDULE_SLIPS, "precedence")), kind, "schedule")
+    for term in precedence:
+        dispatch(PRECEDENCE_TERMS, term, "schedule precedence")
 
     def compute(step, d_model, warmup=4000):
         if kind == "off_by_one":
             step = step + 1
-        scale = 1.0 if kind == "no_d_model" else d_model**-0.5
+        scale = {"no_d_model": 1.0, "d_model_positive_power": d_model**0.5}.get(kind, d_model**-0.5)
+        decay = step**-0.5
         rise = step * warmup ** (-0.5 if kind == "warmup_power" else -1.5)
+        if kind == "rise_parenthesized":
+            rise = (step * warmup) ** -1.5
+        if "d_model" in precedence:
+            scale = d_model**-1 / 2
+        if "step" in precedence:
+            decay = step**-1 / 2
+        if "warmup" in precedence:
+            rise = step * warmup**-3 / 2
         pick = max if kind == "max" else min
-        return np.array(scale * pick(step**-0.5, rise))
+        return np.array(scale * pick(decay, rise))
 
     return compute
+
+
+def _precedence_mistake(terms):
+    """The schedule with the terms ``terms`` of PRECEDENCE_TERMS written without parentheses."""
+    written = " and ".join(f"`{PRECEDENCE_TERMS[t]}`" for t in terms)
+    read = " and ".join(f"`{PYTHON_READS[t]}`" for t in terms)
+    return Mistake(
+        "precedence_" + "_".join(terms),
+        f"Operator precedence: you wrote {written}, which Python reads as {read}: ** binds "
+        "tighter than /, so the exponent is a whole number and the result is then halved.",
+        "Put fractional exponents in parentheses, or write them as decimals: d_model ** -0.5, "
+        "step ** -0.5, warmup ** -1.5.",
+        _schedule_variant("precedence", terms),
+    )
 
 
 VASWANI_LR_MISTAKES = (
@@ -215,6 +363,13 @@ VASWANI_LR_MISTAKES = (
         "Your schedule leaves out the d_model ** -0.5 factor.",
         "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
         _schedule_variant("no_d_model"),
+    ),
+    Mistake(
+        "d_model_positive_power",
+        "Your schedule multiplies by d_model ** 0.5: the factor is d_model ** -0.5, one over the "
+        "square root, so that wider models get smaller rates.",
+        "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+        _schedule_variant("d_model_positive_power"),
     ),
     Mistake(
         "max_instead_of_min",
@@ -231,6 +386,25 @@ VASWANI_LR_MISTAKES = (
         _schedule_variant("warmup_power"),
     ),
     Mistake(
+        "rise_parenthesized",
+        "Your warm-up branch is (step * warmup) ** -1.5: only warmup takes the power, "
+        "step * warmup ** -1.5, so that the rate rises linearly with step.",
+        "lr = d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+        _schedule_variant("rise_parenthesized"),
+    ),
+    *(
+        _precedence_mistake(terms)
+        for terms in (
+            ("d_model", "step", "warmup"),
+            ("d_model", "step"),
+            ("d_model", "warmup"),
+            ("step", "warmup"),
+            ("d_model",),
+            ("step",),
+            ("warmup",),
+        )
+    ),
+    Mistake(
         "off_by_one",
         "Your schedule is one step ahead: steps are counted from 1, as given.",
         "Use step as it is; do not add 1.",
@@ -239,7 +413,7 @@ VASWANI_LR_MISTAKES = (
 )
 
 
-RSQRT_SLIPS = ("off_by_one", "no_sqrt")
+RSQRT_SLIPS = ("off_by_one", "no_sqrt", "precedence", "sqrt_of_step_only")
 
 
 def _rsqrt_variant(kind):
@@ -249,7 +423,11 @@ def _rsqrt_variant(kind):
     def compute(step, peak_lr, warmup):
         if kind == "off_by_one":
             step = step + 1
-        decay = warmup / step if kind == "no_sqrt" else (warmup / step) ** 0.5
+        decay = {
+            "no_sqrt": warmup / step,
+            "precedence": (warmup / step) ** 1 / 2,
+            "sqrt_of_step_only": warmup / step**0.5,
+        }.get(kind, (warmup / step) ** 0.5)
         return np.array(peak_lr * min(step / warmup, decay))
 
     return compute
@@ -262,6 +440,21 @@ WARMUP_RSQRT_LR_MISTAKES = (
         "sqrt(warmup / step).",
         "lr = peak_lr * min(step / warmup, sqrt(warmup / step)).",
         _rsqrt_variant("no_sqrt"),
+    ),
+    Mistake(
+        "precedence",
+        "Operator precedence: you wrote `(warmup / step) ** 1/2`, which Python reads as "
+        "`((warmup / step) ** 1) / 2`: ** binds tighter than /, so the decay is halved, not "
+        "square-rooted.",
+        "Write (warmup / step) ** 0.5, or math.sqrt(warmup / step).",
+        _rsqrt_variant("precedence"),
+    ),
+    Mistake(
+        "sqrt_of_step_only",
+        "Your decay is warmup / sqrt(step): the square root is of the whole ratio, "
+        "sqrt(warmup / step), so that the rate is peak_lr at step == warmup.",
+        "Write math.sqrt(warmup / step), or (warmup / step) ** 0.5.",
+        _rsqrt_variant("sqrt_of_step_only"),
     ),
     Mistake(
         "off_by_one",

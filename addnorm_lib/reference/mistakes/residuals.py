@@ -166,6 +166,41 @@ def _stack_norms_same_input(x, params, dy, residual=True):
     return blocks.gradient_norms_through(x, params, dy, lambda h, *weights: x, backward)
 
 
+def _stack_norms_one_input_too_many(x, params, dy, residual=True):
+    """Keeps x, then one output per block but the last, and zips them with params strictly:
+    right for L >= 1, a ValueError for an empty stack (one kept input, no params)."""
+    from addnorm_lib.reference import residuals as blocks
+
+    block = blocks.residual_block if residual else blocks.plain_block
+    backward = blocks.residual_block_backward if residual else blocks.plain_block_backward
+    inputs = [x]
+    for W1, b1, W2 in params[:-1]:
+        inputs.append(block(inputs[-1], W1, b1, W2))
+    norms, grad = [np.linalg.norm(dy)], dy
+    for h, (W1, b1, W2) in zip(reversed(inputs), reversed(params), strict=True):
+        grad = backward(grad, h, W1, b1, W2)[0]
+        norms.append(np.linalg.norm(grad))
+    return np.array(norms[::-1])
+
+
+def _stack_norms_none_when_empty(x, params, dy, residual=True):
+    """Norms gathered only inside the loop over blocks: none at all for an empty stack."""
+    from addnorm_lib.reference import residuals as blocks
+
+    norms = blocks.stack_gradient_norms(x, params, dy, residual)
+    return norms if params else norms[:0]
+
+
+#: The empty-stack mistake that raises instead of returning: the check names it from the error.
+EMPTY_STACK_RAISES = Mistake(
+    "empty_stack_raises",
+    "Your stack fails on an empty stack (L = 0 blocks, params = []): with no blocks the output "
+    "is the input, so dL/dh_0 = dy, and the answer is one norm, [norm(dy)].",
+    "Keep one input per block (for W1, b1, W2 in params: keep h, then h = block(h, ...)), so "
+    "that an empty params keeps none, and start the norms with norm(dy).",
+    _stack_norms_one_input_too_many,
+)
+
 STACK_NORMS_MISTAKES = (
     Mistake(
         "reversed",
@@ -181,4 +216,12 @@ STACK_NORMS_MISTAKES = (
         "Run the forward pass first and keep h_0, ..., h_{L-1}; pass h_l to block l's backward.",
         _stack_norms_same_input,
     ),
+    Mistake(
+        "empty_stack_no_norms",
+        "For an empty stack (L = 0 blocks, params = []) you returned no norms: with no blocks "
+        "the output is the input, so dL/dh_0 = dy, and the answer is one norm, [norm(dy)].",
+        "Start the list with norm(dy) before the loop over blocks, not inside it.",
+        _stack_norms_none_when_empty,
+    ),
+    EMPTY_STACK_RAISES,
 )
