@@ -3,7 +3,8 @@
     python -m addnorm_lib._provision [--dry-run]
 
 `make test` runs this before the suite (with the system's Python: it needs only the standard
-library). For each command in :data:`NEEDS` that is not on ``PATH``:
+library). For each command in :data:`NEEDS` that is not on ``PATH`` (or shared library that the
+dynamic linker cannot find):
 
 - if the need is waived (its opt-out variable is set to ``1``), nothing happens;
 - if this process is root and ``apt-get`` exists, the missing Debian packages are installed
@@ -16,6 +17,7 @@ Exit status 0 when every need is met (or waived), 1 when one is not.
 from __future__ import annotations
 
 import argparse
+import ctypes.util
 import os
 import shutil
 import subprocess
@@ -28,13 +30,20 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class SystemNeed:
-    """A command the suite runs, the Debian package that provides it, and why it is needed."""
+    """A command the suite runs (or a shared library it loads), the Debian package that provides
+    it, and why it is needed."""
 
-    command: str  # looked up on PATH
+    command: str  # looked up on PATH; with ``library``, a library's name without lib and .so
     package: str  # Debian's package name
     why: str  # completes "needed because ..."
     opt_out: str | None = None  # an environment variable that, set to "1", waives the need
     skips: str = ""  # what the opt-out skips, for the message
+    library: bool = False  # ``command`` names a shared library (ctypes.util.find_library)
+
+    @property
+    def name(self) -> str:
+        """What the messages call it: the command, or the library's file name stem."""
+        return f"lib{self.command}" if self.library else self.command
 
 
 NEEDS = (
@@ -48,15 +57,28 @@ NEEDS = (
     SystemNeed("unshare", "util-linux", "the grader jails each student's kernel in namespaces"),
     SystemNeed("setpriv", "util-linux", "a grader test runs as an unprivileged user"),
     SystemNeed("bwrap", "bubblewrap", "the grader's whitelist sandbox is built with bubblewrap"),
+    SystemNeed(
+        "seccomp",
+        "libseccomp2",
+        "the grader's sandbox filters system calls with a libseccomp filter",
+        library=True,
+    ),
 )
 
 
 def missing(
-    needs=NEEDS, env: Mapping[str, str] = os.environ, which: Callable = shutil.which
+    needs=NEEDS,
+    env: Mapping[str, str] = os.environ,
+    which: Callable = shutil.which,
+    find_library: Callable = ctypes.util.find_library,
 ) -> list[SystemNeed]:
-    """The needs whose command is not on PATH and that are not waived."""
+    """The needs whose command is not on PATH (or library not found) and that are not waived."""
     waived = {need for need in needs if need.opt_out and env.get(need.opt_out) == "1"}
-    return [need for need in needs if need not in waived and which(need.command) is None]
+    return [
+        need
+        for need in needs
+        if need not in waived and (find_library if need.library else which)(need.command) is None
+    ]
 
 
 def packages(needs: list[SystemNeed]) -> list[str]:
@@ -66,7 +88,7 @@ def packages(needs: list[SystemNeed]) -> list[str]:
 
 def manual_step(needs: list[SystemNeed]) -> str:
     """The one line that tells a user who cannot install (not root, no apt-get) what to run."""
-    what = "; ".join(f"{need.command} ({need.why})" for need in needs)
+    what = "; ".join(f"{need.name} ({need.why})" for need in needs)
     install = f"sudo apt-get install -y {' '.join(packages(needs))}"
     line = f"error: the test suite needs {what}: run `{install}`, then `make test` again"
     waivable = [need for need in needs if need.opt_out]
@@ -127,7 +149,7 @@ def provision(
     failure = install(names, log, run)
     still = missing(absent, env, which)
     if failure or still:
-        reason = failure or f"{', '.join(n.command for n in still)} still not found after it"
+        reason = failure or f"{', '.join(n.name for n in still)} still not found after it"
         message = f"error: installing {' '.join(names)} failed: {reason} (apt-get's output: {log})"
         print(message, file=sys.stderr)
         return 1

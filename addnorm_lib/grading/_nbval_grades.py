@@ -15,7 +15,11 @@ starts the kernel the grader's way and fixes nbval behaviours that a grader cann
 - a dead kernel (``os._exit``, a crash, the memory cap) is noticed within about a second, instead
   of after the whole cell timeout;
 - after a cell times out, nbval marks every later cell as an expected failure without running
-  it; here the later cells still run, so one slow cell does not hide the results of the others.
+  it; here the later cells still run, so one slow cell does not hide the results of the others;
+- whether a cell timed out is this process's own observation: its wait for the cell's reply
+  passed the cell timeout on its own clock (:func:`_await_reply_watching` says so on the
+  kernel's client, here, out of the kernel's reach). Never the text of the failure: a cell can
+  raise ``RuntimeError("Timeout of 60 seconds exceeded")``, nbval's own words, in no time.
 
 Results carry the cell's code-cell ordinal, id and nbgrader metadata, not nbval's item names.
 """
@@ -45,11 +49,17 @@ class KernelDied(RuntimeError):
 
 
 def _await_reply_watching(self, msg_id, timeout=None):
-    """nbval's await_reply, polling once a second so that a dead kernel is noticed at once."""
+    """nbval's await_reply, polling once a second so that a dead kernel is noticed at once.
+
+    When ``timeout`` seconds pass on this process's clock without the reply, it says so on the
+    client (``self.cell_timed_out``, read by :class:`GradeRecorder`), then raises ``Empty`` as
+    nbval expects.
+    """
     deadline = None if timeout is None else time.monotonic() + float(timeout)
     while True:
         remaining = 1.0 if deadline is None else deadline - time.monotonic()
         if remaining <= 0:
+            self.cell_timed_out = True
             raise Empty
         try:
             msg = self.get_message(stream="shell", timeout=min(1.0, remaining))
@@ -192,6 +202,13 @@ class GradeRecorder:
         if getattr(item.parent, "timed_out", False):
             item.parent.timed_out = False  # run the next cell anyway
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item):
+        """Before the cell runs (its kernel started): it has not timed out."""
+        kernel = getattr(item.parent, "kernel", None)
+        if kernel is not None:
+            kernel.cell_timed_out = False
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
         """Record the cell's outcome, id, nbgrader metadata and whether its kernel lives."""
@@ -210,7 +227,9 @@ class GradeRecorder:
                     "nbgrader": dict(cell.get("metadata", {}).get("nbgrader", {})),
                     # passed / failed / skipped; xfail only if nbval skipped it after a timeout
                     "status": "not_run" if hasattr(report, "wasxfail") else report.outcome,
-                    "timed_out": "Timeout of" in text,
+                    # this process's clock ran out waiting for it (not what the cell said)
+                    "timed_out": report.when == "call"
+                    and bool(getattr(kernel, "cell_timed_out", False)),
                     "kernel_alive": bool(kernel is not None and kernel.is_alive()),
                     "report": text,
                 }

@@ -14,8 +14,11 @@ graded kernel is a fork of it, moved into its submission's bubblewrap sandbox:
    the launcher joined it before it started bubblewrap), enters the sandbox's namespaces and
    forks the kernel, which is then one more process of the sandbox: it drops every capability,
    sets ``no_new_privs`` and runs as the sandbox's unprivileged user, in the sandbox's root, with
-   its whitelist, no network and no view of the grader, the zygote or other kernels. It starts a
-   session of its own, so signalling its process group reaches nobody else.
+   its whitelist, no network and no view of the grader, the zygote or other kernels. It joins a
+   new, empty session keyring (the zygote's is the grader's) and loads the sandbox's seccomp
+   filter (``seccomp_filter``: the zygote builds it once, as the grader builds the one bubblewrap
+   loads for cold kernels), so it is as confined as a cold kernel. It starts a session of its
+   own, so signalling its process group reaches nobody else.
 4. The stand-in stays in the sandbox: it exits with the kernel's exit status (the zygote's child
    awaits the kernel and reports it), so Jupyter sees the kernel start, stop and die as before;
    when bubblewrap is killed, the PID namespace, kernel included, goes with it.
@@ -161,6 +164,9 @@ def serve(socket_path: str, hidden_paths: list[str]) -> None:
     leaked = [name for name, file in files.items() if _is_under(file, hidden)]
     if leaked:
         sys.exit(f"zygote: preloading imported hidden modules {leaked}")
+    from addnorm_lib.grading import seccomp_filter
+
+    confinement = seccomp_filter.syscall_filter()  # no kernel runs without it
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(socket_path)
     os.chmod(socket_path, 0o600)
@@ -175,7 +181,7 @@ def serve(socket_path: str, hidden_paths: list[str]) -> None:
                 break
             if listener in readable:
                 connection, _ = listener.accept()
-                forks += _serve_one(listener, connection)
+                forks += _serve_one(listener, connection, confinement)
     finally:
         listener.close()
         os.unlink(socket_path)
@@ -201,8 +207,9 @@ def _reap() -> int:
         failed += os.waitstatus_to_exitcode(status) != 0
 
 
-def _serve_one(listener: socket.socket, connection: socket.socket) -> int:
-    """Fork a kernel for one request; 1 if forked, else 0."""
+def _serve_one(listener: socket.socket, connection: socket.socket, confinement) -> int:
+    """Fork a kernel for one request, to run under the seccomp filter ``confinement``; 1 if
+    forked, else 0."""
     fds = []
     try:
         connection.settimeout(10.0)
@@ -214,7 +221,7 @@ def _serve_one(listener: socket.socket, connection: socket.socket) -> int:
             raise ValueError(f"expected {len(NAMESPACES) + 3} descriptors, got {len(fds)}")
         procs = cgroup_procs_of(peer)
         if os.fork() == 0:
-            _child(listener, connection, request, fds, procs)  # never returns
+            _child(listener, connection, request, fds, procs, confinement)  # never returns
         return 1
     except (OSError, ValueError) as err:
         print(f"zygote: no warm kernel for this request: {err}", file=sys.stderr, flush=True)
@@ -233,7 +240,9 @@ def cgroup_procs_of(pid: int) -> list[str]:
         return [str(path) for path in cgroups.procs_files_of(file.read())]
 
 
-def _child(listener, connection, request: dict, fds: list[int], procs: list[str]) -> None:
+def _child(
+    listener, connection, request: dict, fds: list[int], procs: list[str], confinement
+) -> None:
     """In the zygote's child: join the submission's cgroup, enter the sandbox's namespaces,
     fork the kernel, report its exit.
 
@@ -251,7 +260,7 @@ def _child(listener, connection, request: dict, fds: list[int], procs: list[str]
         enter_namespaces(libc, fds[: len(NAMESPACES)])
         kernel = os.fork()
         if kernel == 0:
-            _kernel(connection, request, fds[len(NAMESPACES) :])  # never returns
+            _kernel(connection, request, fds[len(NAMESPACES) :], confinement)  # never returns
         for fd in fds:
             os.close(fd)
         _, status = os.waitpid(kernel, 0)
@@ -314,12 +323,17 @@ def drop_privileges(libc) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
 
 
-def _kernel(connection, request: dict, stdio: list[int]) -> None:
-    """The warm kernel: drop every privilege, take over the stand-in's streams, folder and
-    environment; run ipykernel."""
+def _kernel(connection, request: dict, stdio: list[int], confinement) -> None:
+    """The warm kernel: drop every privilege, join a new session keyring, load the seccomp
+    filter ``confinement``; take over the stand-in's streams, folder and environment; run
+    ipykernel."""
     code = 1
     try:
         drop_privileges(ctypes.CDLL(None, use_errno=True))
+        from addnorm_lib.grading import _launch
+
+        _launch.join_new_session_keyring()
+        confinement.load()
         os.setsid()  # a session of its own: killpg(0) reaches only this kernel and its children
         for target, fd in enumerate(stdio):
             os.dup2(fd, target)

@@ -11,6 +11,7 @@ markers) has any say.
 
 import ast
 import errno
+import hashlib
 import json
 import os
 import re
@@ -65,6 +66,7 @@ class Assignment:
     graded_base: nbformat.NotebookNode  # answers stubbed; tests and hidden tests kept
     answers: dict[str, str]  # grade_id -> cell id of each answer cell
     tests: list[TestCell]
+    source_sha256: str = ""  # of the instructor's notebook file: a grade kept by --resume needs it
 
     @property
     def max_total(self) -> float:
@@ -104,7 +106,8 @@ def read_test_cell(cell, index: int, where: str) -> TestCell:
 
 def load_assignment(path: Path) -> Assignment:
     """The assignment of one instructor's notebook."""
-    solution = nbformat.read(path, as_version=4)
+    raw = path.read_bytes()
+    solution = nbformat.reads(raw.decode("utf-8"), as_version=4)
     base = release.stub_solutions(solution, path.name)
     answers, tests = {}, []
     for index, cell in enumerate(base.cells):
@@ -113,7 +116,8 @@ def load_assignment(path: Path) -> Assignment:
             answers[meta["grade_id"]] = cell.get("id")
         if meta.get("grade"):
             tests.append(read_test_cell(cell, index, f"{path.name}, cell {index}"))
-    return Assignment(assignment_name(solution, path.stem), base, answers, tests)
+    name = assignment_name(solution, path.stem)
+    return Assignment(name, base, answers, tests, hashlib.sha256(raw).hexdigest())
 
 
 def load_assignments(source: Path) -> dict[str, Assignment]:

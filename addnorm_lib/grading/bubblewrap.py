@@ -5,8 +5,9 @@ The process inside sees a minimal read-only root and nothing else of the host:
 - ``/usr`` (and the ``/bin``, ``/lib``, ... links into it), the Python installation, the virtual
   environment's packages, and the course's library, with ``addnorm_lib/reference`` replaced by an
   empty folder. The rest of the course (solutions, tests, the book, reports) is simply absent;
-- its own ``/proc``, read-only (``/proc/sys`` checks the host uid, which is the grader's), a
-  minimal ``/dev``, private ``/tmp`` and ``/dev/shm``;
+- its own ``/proc``, read-only (``/proc/sys`` checks the host uid, which is the grader's), with
+  ``/proc/keys`` and ``/proc/key-users`` empty (they list the keys of that uid), a minimal
+  ``/dev``, private ``/tmp`` and ``/dev/shm``;
 - its home and working folder, an empty tmpfs of capped size, seen by no other process;
 - one folder shared with the grader, the *exchange*: the kernel's connection file and IPC
   sockets, and the checks' records. Nothing else of the grader's (the graded notebook with its
@@ -20,8 +21,14 @@ It runs as the unprivileged user ``nobody`` (65534) with no capabilities and ``n
 network at all: kernels talk to their client over IPC sockets in the exchange), in a new
 terminal session, may not create further user namespaces, and dies with its parent.
 
-This module builds the command line (:func:`bubblewrap_argv`) and probes whether it works here
-(:func:`bubblewrap_problem`).
+With ``seccomp_fd``, bubblewrap loads a seccomp filter (:mod:`~.seccomp_filter`, a BPF program
+read from that descriptor) into the process it starts and its own init: the calls that reach
+the host's kernel state (keyrings, io_uring and AIO, ptrace, namespaces and mounts, every socket
+family but Unix sockets, ...) fail there and in every process started after. The graded kernels
+always run with it (``sandbox``).
+
+This module builds the command line (:func:`bubblewrap_argv`) and probes whether it works here,
+filter and all (:func:`bubblewrap_problem`).
 """
 
 import shutil
@@ -32,11 +39,15 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from addnorm_lib.grading import _launch, seccomp_filter
 from addnorm_lib.grading.settings import COURSE_ROOT
 
 NOBODY = 65534
 # Top-level names that are links into /usr on merged-/usr systems (Debian 12 and later).
 USR_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# /proc's views of the keyrings: /proc/keys lists every key the grader's uid owns (the sandbox's
+# user is that uid on the host), whatever keyring the sandbox is in.
+KEY_TABLES = ("/proc/keys", "/proc/key-users")
 
 
 HOME_MB = 256  # the size of a sandboxed process's home
@@ -98,9 +109,15 @@ def usr_links(root: Path = Path("/")) -> list[list[str]]:
 
 
 def bubblewrap_argv(
-    whitelist: Whitelist, command: list[str], env: dict[str, str], uid: int = NOBODY
+    whitelist: Whitelist,
+    command: list[str],
+    env: dict[str, str],
+    uid: int = NOBODY,
+    seccomp_fd: str | None = None,
 ) -> list[str]:
-    """The ``bwrap`` command line that runs ``command`` inside ``whitelist`` with only ``env``.
+    """The ``bwrap`` command line that runs ``command`` inside ``whitelist`` with only ``env``,
+    under the seccomp filter on descriptor ``seccomp_fd`` (a number, or ``_launch.SECCOMP_FD``
+    for the launcher to fill in) if given.
 
     Order matters to bubblewrap: a hidden folder's empty tmpfs comes after the read-only bind of
     the folder that contains it, and the home and the exchange after everything they may sit
@@ -108,6 +125,8 @@ def bubblewrap_argv(
     """
     argv = ["bwrap", "--unshare-user", "--unshare-all", "--disable-userns", "--die-with-parent"]
     argv += ["--new-session", "--cap-drop", "ALL", "--uid", str(uid), "--gid", str(uid)]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", seccomp_fd]
     argv += ["--clearenv"]
     for name, value in env.items():
         argv += ["--setenv", name, value]
@@ -117,6 +136,8 @@ def bubblewrap_argv(
     # /proc read-only: the sandbox's user is the grader's on the host (root, when it runs as root),
     # and /proc/sys checks that uid, not capabilities (core_pattern would run a program as root).
     argv += ["--proc", "/proc", "--remount-ro", "/proc"]
+    for table in KEY_TABLES:  # every key of the grader's uid, and its key quotas: empty
+        argv += ["--ro-bind", "/dev/null", table]
     argv += ["--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
     for path in whitelist.read_only:
         argv += ["--ro-bind", str(path), str(path)]
@@ -129,19 +150,33 @@ def bubblewrap_argv(
     return [*argv, "--", *command]
 
 
+def launched_probe(folder: Path) -> list[str]:
+    """The probe's command line: the launcher (a new session keyring, the filter opened), then
+    Python in bubblewrap under the filter, as a graded kernel starts."""
+    whitelist = course_whitelist(folder / "home", folder / "exchange")
+    whitelist.exchange.mkdir()
+    filter_file = seccomp_filter.write_filter(folder / "seccomp.bpf")
+    probe = [sys.executable, "-c", "pass"]
+    argv = bubblewrap_argv(whitelist, probe, {}, seccomp_fd=_launch.SECCOMP_FD)
+    launcher = [sys.executable, "-I", "-S", _launch.__file__, str(whitelist.exchange)]
+    return [*launcher, "--seccomp", str(filter_file), "--", *argv]
+
+
 @cache
 def bubblewrap_problem() -> str | None:
-    """Why bubblewrap cannot build the sandbox here, or None when it can (probed once)."""
+    """Why bubblewrap cannot build the sandbox here, with its seccomp filter and a new session
+    keyring, or None when it can (probed once)."""
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (Debian: apt-get install bubblewrap)"
+    problem = seccomp_filter.filter_problem()
+    if problem is not None:
+        return f"the sandbox's seccomp filter: {problem}"
     with tempfile.TemporaryDirectory(prefix="addnorm-bwrap-probe-") as folder:
-        whitelist = course_whitelist(Path(folder) / "home", Path(folder) / "exchange")
-        whitelist.exchange.mkdir()
-        probe = bubblewrap_argv(whitelist, [sys.executable, "-c", "pass"], {})
+        probe = launched_probe(Path(folder))
         try:
             completed = subprocess.run(probe, capture_output=True, text=True, timeout=30)
         except (OSError, subprocess.TimeoutExpired) as err:
             return f"bubblewrap did not run: {err}"
     if completed.returncode != 0:
-        return f"bubblewrap cannot create its namespaces here: {completed.stderr.strip()[-300:]}"
+        return f"bubblewrap cannot build the sandbox here: {completed.stderr.strip()[-300:]}"
     return None

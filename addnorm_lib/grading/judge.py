@@ -75,7 +75,11 @@ class CellGrade:
 
 @dataclass
 class Grade:
-    """The grade of one submission: its status, and the grade of each test cell."""
+    """The grade of one submission: its status, and the grade of each test cell.
+
+    It keeps digests of what it was decided from (the submission, the instructor's notebook, the
+    settings), for ``--resume`` to tell whether it still stands.
+    """
 
     submission: str
     assignment: str | None
@@ -84,8 +88,10 @@ class Grade:
     cells: list[CellGrade] = field(default_factory=list)
     max_total: float = 0.0
     notes: list[str] = field(default_factory=list)
-    sha256: str = ""
+    sha256: str = ""  # of the submitted file
     seconds: float = 0.0
+    source_sha256: str = ""  # of the instructor's notebook it was graded against
+    settings_sha256: str = ""  # of the settings that change grades (settings.grading_digest)
 
     @property
     def total(self) -> float:
@@ -375,7 +381,7 @@ def judge_cell(test: TestCell, found: dict | None, verdicts: dict, cell_timeout:
     """(status, message) of one test cell, from its nbval record and its checks' verdicts."""
     if found is None:
         return "not_run", "Not run: the notebook stopped before this cell."
-    if found["timed_out"]:
+    if found["timed_out"]:  # the grader's clock ran out on it (_nbval_grades), not its text
         return (
             "timeout",
             f"Timeout: the cell ran longer than {cell_timeout:g} s and was interrupted.",

@@ -30,9 +30,13 @@ submission goes through the stages, one module each:
 5. :mod:`~.report` writes ``OUTDIR/grades.csv`` (with the reason for each status; a cell that
    a spreadsheet would take for a formula starts with ``'``), ``OUTDIR/grades.json`` and
    ``OUTDIR/feedback/<submission>.html`` (a name of its own per submission), updated as each
-   submission finishes, so an interrupted run loses nothing; ``--resume`` skips the submissions
-   already graded (unless the file changed). Names and messages are printed with their control
-   characters escaped.
+   submission finishes, so an interrupted run loses nothing. Each submission's record keeps
+   digests of its file, of its instructor's notebook and of the settings that change grades;
+   ``--resume`` keeps a grade only when it was ``ok`` and all three are unchanged, and grades
+   the rest again. Names and messages are printed with their control characters escaped.
+
+A cell or a notebook times out by the grader's own clock (``_nbval_grades``,
+``_pytest_runner``), never by what the kernel printed or raised.
 
 Exit status 0 when every submission got a row, whatever the scores; 2 when the grader itself
 could not run.
@@ -47,7 +51,7 @@ from pathlib import Path
 
 from addnorm_lib.grading import assemble, discover, execute, judge, report, sandbox
 from addnorm_lib.grading.judge import Grade
-from addnorm_lib.grading.settings import Settings, parse_command_line
+from addnorm_lib.grading.settings import Settings, grading_digest, parse_command_line
 
 DEFAULT_SOURCE = Settings().source
 
@@ -62,6 +66,7 @@ def grade_submission(
     """
     start = time.monotonic()
     grade = Grade(submission_id, None, "error")
+    grade.settings_sha256 = grading_digest(settings, box.isolated)
     try:
         run_stages(grade, path, assignments, settings, box)
     except assemble.SubmissionRejected as rejected:
@@ -85,6 +90,7 @@ def run_stages(
     student = assemble.read_submission(raw)
     assignment = assemble.assignment_of(student, path, assignments, settings.assignment)
     grade.assignment, grade.max_total = assignment.name, assignment.max_total
+    grade.source_sha256 = assignment.source_sha256
     graded, grade.notes = assemble.assemble(assignment, student)
     with execute.executed(graded, box, settings) as run:
         grade.cells = judge.judge(assignment, run.records, run.observations, settings.cell_timeout)
@@ -102,23 +108,46 @@ def grade_one(path: Path, source: Path = DEFAULT_SOURCE, **options) -> Grade:
         return grade_submission(path.name, path, assignments, settings, box)
 
 
-def unchanged_grades(
-    outdir: Path, submissions: list[tuple[str, Path]], settings: Settings
-) -> dict[str, Grade]:
-    """The grades an earlier run kept, for the submissions whose file has not changed since.
+def still_stands(
+    previous: Grade, path: Path, assignments: dict, settings: Settings, digest: str
+) -> bool:
+    """Whether an earlier run's grade of the submission at ``path`` can be kept.
 
-    A file that cannot be read as a submission (a link, too big, gone) is graded again.
+    Only an ``ok`` grade can: any other status may come from a fault of the machine (a full disk,
+    a kill), and is graded again. It is kept when it was decided from the same file, against
+    the same instructor's notebook (the submission still names that assignment) and with the
+    same settings (``digest``: :func:`~.settings.grading_digest`). A file that cannot be read
+    as a submission now (a link, too big, gone, not a notebook) is graded again.
     """
+    if previous.status != "ok" or previous.settings_sha256 != digest:
+        return False
+    try:
+        raw = assemble.read_file(path, settings.notebook_mb)
+        student = assemble.read_submission(raw)
+        assignment = assemble.assignment_of(student, path, assignments, settings.assignment)
+    except (assemble.SubmissionRejected, OSError):
+        return False
+    return (
+        previous.sha256 == hashlib.sha256(raw).hexdigest()
+        and previous.assignment == assignment.name
+        and previous.source_sha256 == assignment.source_sha256
+    )
+
+
+def unchanged_grades(
+    outdir: Path,
+    submissions: list[tuple[str, Path]],
+    assignments: dict,
+    settings: Settings,
+    isolated: bool,
+) -> dict[str, Grade]:
+    """The grades an earlier run kept in ``outdir`` that still stand (:func:`still_stands`) in
+    a run with these settings, its kernels in the sandbox or not (``isolated``)."""
+    digest = grading_digest(settings, isolated)
     kept = {}
     for submission_id, path in submissions:
         previous = report.read_record(outdir, submission_id)
-        if previous is None or not previous.sha256:
-            continue
-        try:
-            raw = assemble.read_file(path, settings.notebook_mb)
-        except (assemble.SubmissionRejected, OSError):
-            continue
-        if previous.sha256 == hashlib.sha256(raw).hexdigest():
+        if previous is not None and still_stands(previous, path, assignments, settings, digest):
             kept[submission_id] = previous
     return kept
 
@@ -201,14 +230,18 @@ def main(argv: list[str] | None = None) -> int:
     if problem and len(submissions) > 1 and not settings.no_sandbox:
         fail(UNPROTECTED.format(problem=problem))
         return 2
-    grades = unchanged_grades(outdir, submissions, settings) if settings.resume else {}
+    grades = {}
+    if settings.resume:
+        grades = unchanged_grades(outdir, submissions, assignments, settings, problem is None)
     todo = [submission for submission in submissions if submission[0] not in grades]
     execute.start_pytest_server()  # these three start at once: each imports for a second or two
     judge.start_judge()
     with sandbox.open_sandbox(settings, warm=len(todo) > 1) as box:
         if problem:
             warn(
-                f"no sandbox ({problem}): kernels can read the course's files, references included"
+                f"no sandbox ({problem}): the notebook runs with your permissions and can read "
+                "the course's files, references included; fine for your own work, not for "
+                "grading other people's"
             )
         elif box.group_problem:
             warn(f"no group limits ({box.group_problem}): each kernel process has its own limits")

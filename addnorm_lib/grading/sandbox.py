@@ -11,6 +11,12 @@ empty home of capped size; and the *exchange* folder it shares with the grader (
 file and IPC sockets, the checks' records). The graded notebook, the grader's records, sockets
 and reports stay in the submission's *private* folder, which the kernel cannot see.
 
+The kernel and every process it starts run under a seccomp filter (:mod:`~.seccomp_filter`:
+no keyrings, io_uring or AIO, ptrace, namespaces or mounts, no socket family but Unix sockets,
+Docker's default deny list), in a new, empty session keyring (``_launch``): one filter file per
+grading run, in its private run folder, which bubblewrap loads for cold kernels and the zygote
+builds alike for warm ones (``_warm_kernels``).
+
 Its processes together are capped by a cgroup (:mod:`~.cgroups`) where the machine allows one:
 memory, process count and CPU share. Every process still has its own limits
 (``_graded_kernel``): address space, file size.
@@ -34,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from addnorm_lib.checks import _record as record
-from addnorm_lib.grading import _launch, _warm_kernels, bubblewrap, cgroups
+from addnorm_lib.grading import _launch, _warm_kernels, bubblewrap, cgroups, seccomp_filter
 from addnorm_lib.grading._pytest_runner import THREAD_VARIABLES, short_temp_base, single_threaded
 from addnorm_lib.grading.settings import COURSE_ROOT, Settings
 
@@ -42,6 +48,7 @@ KERNEL_NAME = "addnorm-graded"
 KERNEL_COMMAND = [sys.executable, "-m", "addnorm_lib.grading._graded_kernel"]
 WARM_SCRIPT = [sys.executable, "-I", "-S", _warm_kernels.__file__]
 ZYGOTE_SOCKET = "zygote.sock"
+SECCOMP_FILE = "seccomp.bpf"  # the kernels' seccomp filter, in the run folder
 # What the zygote must not have imported (it checks): the answers, and the rest of the course.
 HIDDEN_FROM_KERNELS = (
     bubblewrap.REFERENCE,
@@ -115,18 +122,28 @@ def group_limits(settings: Settings) -> cgroups.GroupLimits:
     return cgroups.GroupLimits(settings.memory_mb * 2**20, MAX_PROCESSES, cpus)
 
 
-def launched(folders: SubmissionFolders, procs: list[Path], command: list[str]) -> list[str]:
+def launched(
+    folders: SubmissionFolders, procs: list[Path], command: list[str], seccomp: Path | None = None
+) -> list[str]:
     """``command`` started by ``_launch``: in the cgroup of ``procs`` (if any), with a connection
-    file of the kernel's own in the exchange."""
+    file of the kernel's own in the exchange; with the ``seccomp`` filter's file, in a new
+    session keyring and with the filter open for bubblewrap."""
     launcher = [sys.executable, "-I", "-S", _launch.__file__, str(folders.exchange)]
+    if seccomp is not None:
+        launcher += ["--seccomp", str(seccomp)]
     return [*launcher, *map(str, procs), "--", *command]
 
 
 def sandboxed_argv(
-    settings: Settings, folders: SubmissionFolders, procs: list[Path], zygote: Path | None = None
+    settings: Settings,
+    folders: SubmissionFolders,
+    procs: list[Path],
+    seccomp: Path,
+    zygote: Path | None = None,
 ) -> list:
-    """The kernelspec's command line: the launcher (the cgroup, if any, and the kernel's own
-    connection file), then the kernel in bubblewrap.
+    """The kernelspec's command line: the launcher (the cgroup, if any, a new session keyring,
+    the kernel's own connection file), then the kernel in bubblewrap under the ``seccomp``
+    filter.
 
     With a ``zygote`` socket, the kernel in bubblewrap is a stand-in for a warm kernel forked
     from the zygote (``_warm_kernels``), reached through a connection made outside.
@@ -136,8 +153,9 @@ def sandboxed_argv(
     kernel = KERNEL_COMMAND
     if zygote is not None:
         kernel = [*WARM_SCRIPT, "standin", _warm_kernels.FD_PLACEHOLDER]
-    argv = bubblewrap.bubblewrap_argv(whitelist, [*kernel, "-f", "{connection_file}"], env)
-    argv = launched(folders, procs, argv)
+    command = [*kernel, "-f", "{connection_file}"]
+    argv = bubblewrap.bubblewrap_argv(whitelist, command, env, seccomp_fd=_launch.SECCOMP_FD)
+    argv = launched(folders, procs, argv, seccomp)
     if zygote is not None:
         argv = [*WARM_SCRIPT, "launch", str(zygote), "--", *argv]
     return argv
@@ -168,6 +186,7 @@ class Sandbox:
     run_folder: Path  # each submission's folders are made in here
     problem: str | None  # why kernels run without the sandbox; None when they run in it
     group_problem: str | None  # why there are no group limits; None when there are
+    seccomp: Path | None = None  # the kernels' seccomp filter (BPF; written at the first kernel)
     # the socket of the zygote that warm kernels are forked from, once it is ready (None: none)
     zygote_ready: Future | None = None
     warm_kernels_forked: int = 0  # set when the sandbox closes
@@ -213,8 +232,10 @@ class Sandbox:
             cgroup = cgroups.create_cgroup(layout, group_limits(self.settings))
         try:
             if self.isolated:
+                if self.seccomp is None:
+                    self.seccomp = seccomp_filter.write_filter(self.run_folder / SECCOMP_FILE)
                 procs = cgroup.procs_files if cgroup else []
-                argv = sandboxed_argv(self.settings, folders, procs, self.zygote)
+                argv = sandboxed_argv(self.settings, folders, procs, self.seccomp, self.zygote)
             else:
                 argv = launched(folders, [], [*KERNEL_COMMAND, "-f", "{connection_file}"])
             write_kernelspec(folders.private, argv)
@@ -328,7 +349,8 @@ def open_sandbox(settings: Settings, warm: bool = False) -> Iterator[Sandbox]:
     problem = sandbox_problem(settings)
     group_problem = cgroups.cgroup_problem() if problem is None else "no sandbox"
     with temporary_folder("addnorm-grading-", run_folder_base()) as folder:
-        box = Sandbox(settings, folder, problem, group_problem)
+        seccomp = None if problem else seccomp_filter.write_filter(folder / SECCOMP_FILE)
+        box = Sandbox(settings, folder, problem, group_problem, seccomp)
         if not (warm and box.isolated):
             yield box
             return

@@ -3,9 +3,15 @@
 Each field of :class:`Settings` is one command-line flag. The flag's name comes from the field's
 name (``memory_mb`` is ``--memory-mb``) unless its metadata gives another one, its help text from
 the metadata, and its default from the field itself, so that no default is written twice.
+
+Every setting changes grades (a limit, the sandbox) except those of :data:`NO_GRADE_CHANGE`: a
+record of a grade keeps :func:`grading_digest` of the others, and ``--resume`` keeps a grade only
+when that digest is unchanged.
 """
 
 import argparse
+import hashlib
+import json
 import math
 import os
 from dataclasses import Field, dataclass, field, fields
@@ -37,7 +43,11 @@ class Settings:
         default=32, metadata=flag("output kept of a notebook (all cells), in MiB; more is dropped")
     )
     resume: bool = field(
-        default=False, metadata=flag("skip submissions already graded (unless the file changed)")
+        default=False,
+        metadata=flag(
+            "keep an earlier run's ok grades in --out whose submission, instructor's notebook "
+            "and grade-changing settings are unchanged; grade the rest again"
+        ),
     )
     no_sandbox: bool = field(
         default=False,
@@ -53,6 +63,24 @@ class Settings:
             "file name names)"
         ),
     )
+
+
+# Settings that change no grade: where the instructor's notebooks are (their contents count, in
+# each record's digest of its notebook), where the reports go, how many run at once, --resume.
+# Any other setting, a new one included, is part of grading_digest.
+NO_GRADE_CHANGE = ("source", "out", "jobs", "resume")
+
+
+def grading_digest(settings: Settings, isolated: bool) -> str:
+    """A digest (SHA-256, hexadecimal) of what besides the notebooks decides a grade: every
+    setting but those of :data:`NO_GRADE_CHANGE`, and whether kernels run in the sandbox."""
+    chosen = {
+        option.name: str(getattr(settings, option.name))
+        for option in fields(Settings)
+        if option.name not in NO_GRADE_CHANGE
+    }
+    chosen["isolated"] = str(isolated)
+    return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()
 
 
 def flag_of(option: Field) -> str:

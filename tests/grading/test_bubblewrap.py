@@ -2,8 +2,15 @@
 
 The end-to-end tests run real Python inside ``bwrap`` and skip, saying why, where bubblewrap is
 missing or cannot create its namespaces (``make test`` installs it where it can).
+
+The seccomp filter and the new session keyring are tested by running the same attacks on the host
+kernel's shared state (``SYSCALL_PROBE``: keyrings, io_uring, AIO, inotify, vsock and netlink
+sockets, unshare, ptrace) three ways: on the host, in bubblewrap without them, and as a graded
+kernel starts (the launcher, then bubblewrap with the filter). test_hostile_sandbox.py runs the
+same attacks from a graded notebook, test_warm_kernels.py from a warm kernel.
 """
 
+import ctypes
 import json
 import socket
 import subprocess
@@ -14,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from addnorm_lib.grading import bubblewrap
+from addnorm_lib.grading import _launch, bubblewrap, seccomp_filter
 from addnorm_lib.grading.bubblewrap import Whitelist, bubblewrap_argv, course_whitelist
 from tests.conftest import ROOT
 
@@ -180,3 +187,245 @@ def test_a_kernel_in_the_sandbox_is_driven_over_ipc_sockets_in_the_exchange(tmp_
         client.shutdown()
         client.stop_channels()
         kernel.wait(timeout=30)
+
+
+# ----------------------------------------------------------------------------------------------
+# The seccomp filter and the new session keyring
+SYSCALL_PROBE = '''
+def _syscall_attacks(numbers, planted, init_pid=None):
+    """Each attack on the host kernel's shared state: "ok" where it worked, else the errno's
+    name (or what went wrong). numbers: the system calls' numbers on this machine; planted: the
+    description of a key in the grader's session keyring; init_pid: a process to ptrace."""
+    import ctypes, errno, os, signal, socket, time
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    results = {}
+
+    def call(name, *args):
+        value = libc.syscall(ctypes.c_long(numbers[name]), *args)
+        code = ctypes.get_errno()
+        return value, errno.errorcode.get(code, str(code))
+
+    def arg(value):
+        return ctypes.c_long(value)
+
+    session, user = arg(-3), arg(-4)  # KEY_SPEC_SESSION_KEYRING, KEY_SPEC_USER_KEYRING
+    found, error = call("keyctl", arg(10), session, b"user", planted.encode(), arg(0))  # SEARCH
+    if found >= 0:
+        buffer = ctypes.create_string_buffer(256)
+        size, error = call("keyctl", arg(11), arg(found), buffer, arg(256))  # READ
+        results["session-keyring"] = "ok" if size > 0 else error
+    else:
+        results["session-keyring"] = error
+    try:
+        with open("/proc/keys") as table:
+            results["proc-keys"] = "ok" if planted in table.read() else "not listed"
+    except OSError as err:
+        results["proc-keys"] = errno.errorcode.get(err.errno, str(err))
+    buffer = ctypes.create_string_buffer(4096)
+    size, error = call("keyctl", arg(11), user, buffer, arg(4096))  # READ the user keyring
+    results["user-keyring"] = "ok" if size >= 0 else error
+    key, error = call("add_key", b"user", b"addnorm-planted-by-kernel", b"x", arg(1), session)
+    if key >= 0:
+        call("keyctl", arg(21), arg(key))  # INVALIDATE: nothing of it outlives this check
+    results["add-key"] = "ok" if key >= 0 else error
+    key, error = call("request_key", b"user", b"addnorm-no-such-key", None, session)
+    results["request-key"] = "ok" if key >= 0 or error == "ENOKEY" else error
+    params = ctypes.create_string_buffer(120)
+    ring, error = call("io_uring_setup", arg(1), params)
+    if ring >= 0:
+        os.close(ring)
+    results["io-uring"] = "ok" if ring >= 0 else error
+    context = ctypes.c_ulong(0)
+    done, error = call("io_setup", arg(1), ctypes.byref(context))
+    if done == 0:
+        call("io_destroy", context)
+    results["aio"] = "ok" if done == 0 else error
+    watch, error = call("inotify_init1", arg(0))
+    if watch >= 0:
+        os.close(watch)
+    results["inotify"] = "ok" if watch >= 0 else error
+    for name, family, kind in [
+        ("vsock", 40, socket.SOCK_STREAM),
+        ("netlink", socket.AF_NETLINK, socket.SOCK_RAW),
+        ("inet6", socket.AF_INET6, socket.SOCK_STREAM),
+        ("unix", socket.AF_UNIX, socket.SOCK_STREAM),
+    ]:
+        try:
+            socket.socket(family, kind).close()
+            results[name] = "ok"
+        except OSError as err:
+            results[name] = errno.errorcode.get(err.errno, str(err))
+    child = os.fork()
+    if child == 0:  # unshare a user namespace (the sandbox allows none), report by exit status
+        value, error = call("unshare", arg(0x10000000))
+        os._exit(0 if value == 0 else getattr(errno, error, 1))
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    results["unshare"] = "ok" if code == 0 else errno.errorcode.get(code, str(code))
+    targets = [("ptrace-child", None)]
+    if init_pid is not None:
+        targets.append(("ptrace-init", init_pid))
+    for name, pid in targets:
+        child = None
+        if pid is None:
+            child = pid = os.fork()
+            if child == 0:
+                time.sleep(30)
+                os._exit(0)
+        seized, error = call("ptrace", arg(0x4206), arg(pid), arg(0), arg(0))  # PTRACE_SEIZE
+        if seized == 0 and not child:  # stop it (PTRACE_INTERRUPT), then let it go (DETACH)
+            call("ptrace", arg(0x4207), arg(pid), arg(0), arg(0))
+            os.waitpid(pid, 0x40000000)  # __WALL
+            call("ptrace", arg(17), arg(pid), arg(0), arg(0))
+        results[name] = "ok" if seized == 0 else error
+        if child:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+    return results
+'''
+
+PROBE_CALLS = ("keyctl", "add_key", "request_key", "io_uring_setup", "io_setup", "io_destroy")
+PROBE_CALLS += ("inotify_init1", "unshare", "ptrace")
+# What each attack meets under the filter (ENOTSUP is EOPNOTSUPP's other name).
+REFUSED = {
+    "session-keyring": "EPERM",
+    "user-keyring": "EPERM",
+    "add-key": "EPERM",
+    "request-key": "EPERM",
+    "io-uring": "ENOSYS",
+    "aio": "ENOSYS",
+    "inotify": "ENOSYS",
+    "vsock": "EAFNOSUPPORT",
+    "netlink": "ENOTSUP",
+    "inet6": "EAFNOSUPPORT",
+    "unshare": "EPERM",
+    "ptrace-child": "EPERM",
+    "ptrace-init": "EPERM",
+}
+KEY_SPEC_SESSION_KEYRING = -3
+
+
+def syscall_numbers() -> dict[str, int]:
+    """The probe's system calls' numbers on this machine, as libseccomp knows them."""
+    import pyseccomp
+
+    return {name: pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name) for name in PROBE_CALLS}
+
+
+def plant_key(description: str, secret: str):
+    """A preexec function: the process joins a session keyring of its own (the test's own is left
+    alone) and plants a key in it, as an instructor's session keyring would hold a secret."""
+    add_key = syscall_numbers()["add_key"]
+
+    def plant() -> None:
+        _launch.join_new_session_keyring()
+        libc = ctypes.CDLL(None, use_errno=True)
+        payload = secret.encode()
+        kind, name = b"user", description.encode()
+        size, keyring = ctypes.c_long(len(payload)), ctypes.c_long(KEY_SPEC_SESSION_KEYRING)
+        if libc.syscall(ctypes.c_long(add_key), kind, name, payload, size, keyring) < 0:
+            raise OSError(ctypes.get_errno(), "add_key failed")
+
+    return plant
+
+
+def probe_command(planted: str, init_pid: int | None) -> list[str]:
+    """Python that runs every attack of ``SYSCALL_PROBE`` and prints what each met, as JSON."""
+    run = "import json, sys\nprint(json.dumps(_syscall_attacks(*json.loads(sys.argv[1]))))"
+    arguments = json.dumps([syscall_numbers(), planted, init_pid])
+    return [sys.executable, "-c", SYSCALL_PROBE + run, arguments]
+
+
+def launcher(exchange: Path, filter_file: Path) -> list[str]:
+    """The launcher's command line as a graded kernel's starts, without a cgroup."""
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        _launch.__file__,
+        str(exchange),
+        "--seccomp",
+        str(filter_file),
+    ]
+
+
+def run_probe(argv: list[str], planted: str) -> dict[str, str]:
+    completed = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=plant_key(planted, "the instructor's secret"),
+    )
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    return json.loads(completed.stdout)
+
+
+def test_every_call_the_filter_names_is_one_libseccomp_knows():
+    """A misspelt call would be refused nowhere; and the issue's calls are all in the list."""
+    calls = [rule.call for rule in seccomp_filter.rules()]
+    assert seccomp_filter.unknown_calls(calls) == []
+    for call in ("keyctl", "add_key", "request_key", "io_uring_setup", "io_setup", "userfaultfd"):
+        assert call in calls
+    for call in ("perf_event_open", "ptrace", "bpf", "mount", "unshare", "setns", "clone3"):
+        assert call in calls
+    assert set(seccomp_filter.DOCKER_DENIED) <= set(calls)
+    assert "socket" in calls and "clone" in calls  # with conditions on their first argument
+
+
+@NEEDS_BWRAP
+def test_the_filter_and_a_new_keyring_keep_the_kernel_off_the_hosts_shared_state(tmp_path):
+    """Each attack works on the host and in bubblewrap alone, and fails as a kernel starts."""
+    planted = f"addnorm-planted-{tmp_path.name}"
+    host = run_probe(probe_command(planted, None), planted)  # the host's init is not probed
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    inside = probe_command(planted, 1)  # pid 1: the sandbox's own init
+    plain = run_probe(bubblewrap_argv(whitelist(tmp_path), inside, {}), planted)
+    filtered_argv = bubblewrap_argv(whitelist(tmp_path), inside, {}, seccomp_fd=_launch.SECCOMP_FD)
+    filter_file = seccomp_filter.write_filter(tmp_path / "seccomp.bpf")
+    filtered = run_probe([*launcher(exchange, filter_file), "--", *filtered_argv], planted)
+    assert host["proc-keys"] == "ok" and plain["proc-keys"] != "ok"  # /proc/keys is blanked
+    for attack, refusal in REFUSED.items():
+        if attack in host and host[attack] != "ok":
+            continue  # this machine does not have it: the other runs cannot tell
+        if attack == "unshare":  # bubblewrap alone already refuses user namespaces
+            assert plain[attack] == "ENOSPC", plain
+        else:
+            assert plain[attack] == "ok", (attack, plain)
+        assert filtered[attack] == refusal, (attack, filtered)
+    assert filtered["unix"] == "ok" and filtered["proc-keys"] != "ok"
+
+
+KEYRING_CHECK = """
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+found = libc.syscall(ctypes.c_long(int(sys.argv[1])), ctypes.c_long(10), ctypes.c_long(-3),
+                     b"user", sys.argv[2].encode(), ctypes.c_long(0))  # KEYCTL_SEARCH in @s
+print("found" if found >= 0 else "not found")
+"""
+
+
+def test_the_launcher_gives_the_kernel_a_new_empty_session_keyring(tmp_path):
+    """Without the filter (no bubblewrap here): the planted key is in the session keyring the
+    launcher inherited, and not in the one it gives the command it starts."""
+    planted = f"addnorm-planted-{tmp_path.name}"
+    check = [sys.executable, "-c", KEYRING_CHECK, str(syscall_numbers()["keyctl"]), planted]
+    exchange = tmp_path / "exchange"
+    exchange.mkdir()
+    filter_file = seccomp_filter.write_filter(tmp_path / "seccomp.bpf")
+    outputs = {}
+    for name, argv in [
+        ("inherited", check),
+        ("launched", [*launcher(exchange, filter_file), "--", *check]),
+    ]:
+        completed = subprocess.run(
+            argv, capture_output=True, text=True, check=False, preexec_fn=plant_key(planted, "s")
+        )
+        assert completed.returncode == 0, completed.stderr[-2000:]
+        outputs[name] = completed.stdout.strip()
+    assert outputs == {"inherited": "found", "launched": "not found"}

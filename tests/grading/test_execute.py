@@ -116,3 +116,29 @@ def test_display_data_past_the_cap_loses_its_data():
     message = {"msg_type": "display_data", "content": {"data": {"image/png": "x" * 5000}}}
     assert _nbval_grades.dropped(message, "")["content"]["data"] == {}
     assert _nbval_grades.message_size(message) >= 5000
+
+
+class SilentKernel:
+    """A kernel client whose shell channel stays silent, or gives the reply to ``msg_id``."""
+
+    def __init__(self, reply_to: str | None = None):
+        self.reply_to = reply_to
+
+    def get_message(self, stream, timeout=None):
+        if self.reply_to is None:
+            time.sleep(timeout)
+            raise _nbval_grades.Empty
+        return {"parent_header": {"msg_id": self.reply_to}, "content": {"status": "error"}}
+
+    def is_alive(self):
+        return True
+
+
+def test_a_timeout_is_the_graders_own_clock_running_out():
+    """Only the wait for the reply running out says a cell timed out; a reply (an error whose
+    text may be anything, nbval's words for a timeout included) does not."""
+    silent, answered = SilentKernel(), SilentKernel(reply_to="cell")
+    with pytest.raises(_nbval_grades.Empty):
+        _nbval_grades._await_reply_watching(silent, "cell", timeout=0.05)
+    _nbval_grades._await_reply_watching(answered, "cell", timeout=5)
+    assert silent.cell_timed_out and not getattr(answered, "cell_timed_out", False)

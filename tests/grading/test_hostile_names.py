@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from addnorm_lib.grading import assemble, bubblewrap, execute, pipeline, report
+from addnorm_lib.grading import assemble, bubblewrap, execute, pipeline, report, sandbox
 from tests import inprocess
 from tests.conftest import GRADE_ANYWHERE
 from tests.grading.conftest import EXERCISE, LAYER_NORM_CELL, SOLUTION, solution_with
@@ -58,6 +58,10 @@ def grade(tmp_path, monkeypatch, capsys):
     """grade(*paths, *flags): run the grader's command line on them; its reports and output."""
     monkeypatch.setattr(execute, "executed", executed_here)
     monkeypatch.setattr(execute, "start_pytest_server", lambda: None)
+    open_sandbox = sandbox.open_sandbox  # no warm kernels: no kernel runs
+    monkeypatch.setattr(
+        sandbox, "open_sandbox", lambda settings, warm=False: open_sandbox(settings)
+    )
 
     def run(*args) -> Run:
         out = tmp_path / "out"
@@ -113,6 +117,12 @@ def test_a_symlink_named_on_the_command_line_is_refused_too(grade, folder):
     }
 
 
+def graded_again(run: Run) -> set[str]:
+    """The submissions a run graded, each with its progress line ``[k/n] name: ...`` on stderr;
+    the others' grades it kept from an earlier run."""
+    return set(re.findall(r"^\[\d+/\d+\] (.+?): ", run.stderr, re.MULTILINE))
+
+
 # Names
 
 
@@ -150,8 +160,8 @@ def test_names_that_clean_alike_keep_their_own_page_and_record(grade, folder):
         assert report.read_record(first.out, name).submission == name
         page = report.feedback_path(first.out, name).read_text()
         assert f"total {total}/" in page or f"total {total} points" in page
-    again = grade(folder, "--resume")  # every record found again: nothing is graded twice
-    assert not re.search(r"^\[\d+/\d+\]", again.stderr, re.MULTILINE), again.stderr
+    again = grade(folder, "--resume")  # every record found again: only the one not ok is regraded
+    assert graded_again(again) == {"a?b.ipynb"}, again.stderr
     assert again.rows == first.rows
 
 
@@ -273,3 +283,57 @@ def test_without_a_sandbox_a_class_is_not_graded_unless_the_instructor_says_so(
     said = capsys.readouterr().err
     assert said.count("warning: no sandbox (bubblewrap is not installed)") == 1
     assert "error:" not in said
+
+
+# Resuming: a grade is kept only where nothing it was decided from has changed
+
+
+def damage(out: Path, submission_id: str) -> None:
+    """The record of a grade as a fault of the machine leaves it: ``error``, no points, with
+    the same digests as before (the files did not change)."""
+    path = report.record_path(out, submission_id)
+    record = json.loads(path.read_text())
+    record |= {"status": "error", "reason": "OSError: [Errno 28] No space left on device"}
+    path.write_text(json.dumps(record | {"cells": [], "total": 0}))
+
+
+def test_resume_keeps_only_ok_grades_of_unchanged_submissions_notebooks_and_settings(
+    grade, folder, tmp_path
+):
+    source = tmp_path / "source"
+    source.mkdir()
+    shutil.copy(SOLUTION, source / "layernorm.ipynb")
+    write(folder / "ada.ipynb", nbformat.read(SOLUTION, as_version=4))
+    write(folder / "bo.ipynb", nbformat.read(EXERCISE, as_version=4))
+    both = {"ada.ipynb", "bo.ipynb"}
+
+    def resume(*flags) -> Run:
+        return grade(folder, "--source", source, "--resume", *flags)
+
+    first = grade(folder, "--source", source)
+    assert graded_again(first) == both
+    totals = {name: row["total"] for name, row in first.rows.items()}
+    assert totals == {"ada.ipynb": "10", "bo.ipynb": "0"}
+    assert graded_again(resume()) == set()  # nothing changed: no kernel starts
+
+    damage(first.out, "ada.ipynb")
+    again = resume()
+    assert graded_again(again) == {"ada.ipynb"}, again.stderr
+    assert again.rows == first.rows  # its 10 points back
+
+    assert graded_again(resume("--timeout", "30")) == both  # a setting that changes grades
+    assert graded_again(resume("--timeout", "30")) == set()
+    moved = shutil.copytree(source, tmp_path / "moved")  # the same notebooks elsewhere
+    assert graded_again(grade(folder, "--source", moved, "--resume", "--timeout", "30")) == set()
+
+    instructors = nbformat.read(source / "layernorm.ipynb", as_version=4)
+    instructors.cells.append(nbformat.v4.new_markdown_cell("A hint added after the deadline."))
+    write(source / "layernorm.ipynb", instructors)
+    assert graded_again(resume("--timeout", "30")) == both  # the instructor's notebook changed
+
+    changed = nbformat.read(EXERCISE, as_version=4)
+    changed.cells.append(nbformat.v4.new_markdown_cell("My notes."))
+    write(folder / "bo.ipynb", changed)
+    last = resume("--timeout", "30")
+    assert graded_again(last) == {"bo.ipynb"}  # the submission changed
+    assert {name: row["total"] for name, row in last.rows.items()} == totals

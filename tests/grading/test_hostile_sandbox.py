@@ -29,6 +29,13 @@ temporary folder; host paths (the temporary folder, ``--out``, the listeners, th
 written into each attack's source as literals. Scans read only small ``.json`` files (connection
 files) and notebooks, and learn one bit from them; they connect to sockets and send nothing.
 
+The attacks on the host kernel's shared state (keyrings, io_uring, AIO, inotify, vsock and netlink
+sockets, unshare, ptrace; test_bubblewrap.py's ``SYSCALL_PROBE``) run together in one notebook,
+which succeeds only if every one of them works (those this machine has: the test runs them on
+the host first); in the sandbox its message must show each refused. The grader runs in a session
+keyring of its own, where the test plants a key: the instructor's secret, which an unsandboxed
+kernel reads.
+
 The limits' attacks (100 processes, four children of 700 MiB) need the per-submission group limits
 (a cgroup); where the grader reports that it could not build them, those sandboxed checks are
 skipped with its reason. The output flood (300 MiB printed in one cell) attacks the grader rather
@@ -40,6 +47,7 @@ import contextlib
 import csv
 import json
 import os
+import re
 import selectors
 import socket
 import subprocess
@@ -57,6 +65,14 @@ import pytest
 from addnorm_lib.grading import bubblewrap
 from tests.conftest import ROOT
 from tests.grading.conftest import LAYER_NORM_CELL, SOLUTION, solution_with
+from tests.grading.test_bubblewrap import (
+    REFUSED,
+    SYSCALL_PROBE,
+    plant_key,
+    probe_command,
+    run_probe,
+    syscall_numbers,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile-sandbox")]
 
@@ -478,6 +494,19 @@ def _attack():
     return len(written) == len(_HOST["leftovers"]), f"wrote {written}; {errors}"
 '''
 
+KERNEL_STATE = (
+    SYSCALL_PROBE
+    + '''
+def _attack():
+    """The host kernel's shared state: the grader's session keyring (its planted secret), the
+    user keyring, add_key, request_key, io_uring, AIO, inotify, vsock, netlink and IPv6 sockets,
+    a user namespace, ptrace. Succeeds only if every one this machine has works."""
+    met = _syscall_attacks(_HOST["syscalls"], _HOST["planted"])
+    attacks = _HOST["state_attacks"]
+    return all(met[name] == "ok" for name in attacks), " ".join(f"{n}={met[n]}" for n in attacks)
+'''
+)
+
 # In this order: the scan for other kernels runs first, while the other job starts the next ones.
 ATTACKS = {
     "other-kernels": KERNELS,
@@ -493,6 +522,7 @@ ATTACKS = {
     "many-processes": PROCESSES,
     "group-memory": MEMORY,
     "leftovers": LEFTOVERS,
+    "kernel-state": KERNEL_STATE,
 }
 SUBMISSIONS = {name: f"{i:02d}-{name}.ipynb" for i, name in enumerate(ATTACKS, start=1)}
 
@@ -663,11 +693,21 @@ class GraderMemory:
         self.thread.join(10)
 
 
-def run_grader(command: list, env: dict, folder: Path) -> tuple[int, str, str, GraderMemory]:
-    """Run the grader's command line: its exit status, its output, and its memory."""
+def run_grader(
+    command: list, env: dict, folder: Path, planted: str
+) -> tuple[int, str, str, GraderMemory]:
+    """Run the grader's command line, in a session keyring of its own with the ``planted`` key:
+    its exit status, its output, and its memory."""
     stdout, stderr = folder / "stdout.txt", folder / "stderr.txt"
     with stdout.open("w") as out, stderr.open("w") as err:
-        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=err)
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=err,
+            preexec_fn=plant_key(planted, "the instructor's secret"),
+        )
     memory = GraderMemory(process)
     try:
         code = process.wait(GRADER_SECONDS)
@@ -739,7 +779,22 @@ def host_literals(base: Path, token: str, listeners: Listeners) -> dict:
         "needle_hex": hidden_test_line().encode().hex(),
         "scan_seconds": SCAN_SECONDS,
         "run_started": time.time(),
+        "syscalls": syscall_numbers(),
+        "planted": planted_key(token),
+        "state_attacks": host_state_attacks(planted_key(token)),
     }
+
+
+def planted_key(token: str) -> str:
+    """The description of the key planted in the grader's session keyring."""
+    return f"addnorm-hostile-{token}"
+
+
+def host_state_attacks(planted: str) -> list[str]:
+    """The attacks on the kernel's shared state that work on this host (a machine without vsock
+    or io_uring cannot show them refused), the test's own process run through them."""
+    met = run_probe(probe_command(planted, None), planted)
+    return [attack for attack in [*REFUSED, "proc-keys"] if met.get(attack) == "ok"]
 
 
 EARLIER_REPORT = "submission,total\nada.ipynb,10\n"
@@ -781,7 +836,9 @@ def grade_class(base: Path, sandboxed: bool) -> ClassRun:
         run = ClassRun(sandboxed, host)
         start = time.monotonic()
         try:
-            run.code, run.stdout, run.stderr, memory = run_grader(command, env, base)
+            run.code, run.stdout, run.stderr, memory = run_grader(
+                command, env, base, host["planted"]
+            )
             run.peak_mib, run.peak_command = memory.peak_kib / 1024, memory.peak_command
         finally:
             run.seconds = time.monotonic() - start
@@ -966,3 +1023,17 @@ def test_7_leftovers(run):
     else:
         check_attack(run, "leftovers")
         assert len(run.found["leftovers"]) == len(run.host["leftovers"]), run.found
+
+
+def test_8_kernel_state(run):
+    """The host kernel's shared state: every attack works unsandboxed, and in the sandbox each
+    is refused (the seccomp filter; the new session keyring, /proc/keys blanked)."""
+    assert len(run.host["state_attacks"]) >= 8, run.host["state_attacks"]  # most of them here
+    check_attack(run, "kernel-state")
+    if run.sandboxed:
+        message = (run.forward_cell("kernel-state") or {}).get("message", "")
+        detail = re.search(r"attack failed: ([^\n'\"]*)", message)
+        assert detail, run.explain("kernel-state")
+        met = dict(re.findall(r"([\w-]+)=(\S+)", detail.group(1)))
+        assert set(met) == set(run.host["state_attacks"]), met
+        assert not [attack for attack, result in met.items() if result == "ok"], met

@@ -44,6 +44,16 @@ NORMS_BYTECODE = Path(importlib.util.cache_from_source(str(REFERENCE / "norms.py
 BACK_DOORS = ("reads_reference_bytecode", "imports_reference_mistakes")
 UNBIASED = "def layer_norm(x, gamma, beta, eps=1e-5):\n    return gamma * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta\n"  # noqa: E501
 
+# A wrong answer (unbiased variance) that, once the first check has recorded it, raises in nbval's
+# own words for a timeout: the test cell fails at once with "Timeout of 60 seconds exceeded".
+SAYS_TIMEOUT = (
+    "import os\n"
+    "def layer_norm(x, gamma, beta, eps=1e-5):\n"
+    "    if os.listdir(os.environ.get('ADDNORM_OBSERVATIONS', '.')):\n"
+    "        raise RuntimeError('Timeout of 60 seconds exceeded')\n"
+    "    return gamma * (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, ddof=1, keepdims=True) + eps) + beta\n"  # noqa: E501
+)
+
 
 def solution():
     return nbformat.read(SOLUTION, as_version=4)
@@ -98,6 +108,7 @@ def submissions():
     cases["infinite_loop"] = with_answer(
         "layer_norm", "def layer_norm(x, gamma, beta, eps=1e-5):\n    while True:\n        pass\n"
     )
+    cases["says_timeout"] = with_answer("layer_norm", SAYS_TIMEOUT)
     cases["os_exit"] = with_answer("layer_norm_module", "import os\nos._exit(3)\n")
     cases["sys_exit"] = with_answer("layer_norm", "import sys\nsys.exit(0)\n")
     cases["huge_output"] = with_answer(
@@ -227,6 +238,9 @@ def reference_bytecode():
                 NORMS_BYTECODE.parent.rmdir()
 
 
+OPTIONS = ("--jobs", 2, "--timeout", 20, "--memory-mb", 2048, *GRADE_ANYWHERE)
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     folder = tmp_path_factory.mktemp("submissions")
@@ -242,9 +256,8 @@ def graded(tmp_path_factory):
     (folder / "unrelated_homework.ipynb").write_text(unrelated)
     out = tmp_path_factory.mktemp("out")
     start = time.monotonic()
-    options = ["--jobs", 2, "--timeout", 20, "--memory-mb", 2048, *GRADE_ANYWHERE]
     with reference_bytecode() if JAILED else contextlib.nullcontext():
-        completed = run_python(*GRADER, folder, "--out", out, *options)
+        completed = run_python(*GRADER, folder, "--out", out, *OPTIONS)
     seconds = time.monotonic() - start
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = {row["submission"]: row for row in csv.DictReader((out / "grades.csv").open())}
@@ -268,9 +281,17 @@ def points(graded, name):
     return {test: float(found[test]) for test in (FORWARD, BACKWARD, MODULE)}
 
 
-def message(graded, name, grade_id):
+def graded_cell(graded, name, grade_id) -> dict:
     (found,) = [c for c in graded["details"][f"{name}.ipynb"]["cells"] if c["grade_id"] == grade_id]
-    return found["message"]
+    return found
+
+
+def message(graded, name, grade_id):
+    return graded_cell(graded, name, grade_id)["message"]
+
+
+def cell_status(graded, name, grade_id):
+    return graded_cell(graded, name, grade_id)["status"]
 
 
 def test_every_submission_has_a_row(graded):
@@ -347,7 +368,19 @@ def test_edited_metadata_changes_no_points(graded):
 def test_a_timeout_does_not_hide_the_other_cells(graded):
     assert row(graded, "infinite_loop")["status"] == "timeout"
     assert "Timeout" in message(graded, "infinite_loop", FORWARD)
+    assert cell_status(graded, "infinite_loop", FORWARD) == "timeout"
     assert points(graded, "infinite_loop") == {FORWARD: 0, BACKWARD: 3, MODULE: 4}
+
+
+def test_a_cell_that_says_it_timed_out_is_judged(graded):
+    """A timeout is the grader's own clock running out, not a message of the cell's: a cell
+    that raises nbval's words for a timeout at once is failed on its recorded wrong answer."""
+    found = graded["details"]["says_timeout.ipynb"]
+    assert (found["status"], found["reason"]) == ("ok", "")
+    assert found["seconds"] < 20  # the cell timeout: no cell ran that long
+    assert cell_status(graded, "says_timeout", FORWARD) == "failed"
+    assert "unbiased variance" in message(graded, "says_timeout", FORWARD)
+    assert points(graded, "says_timeout") == {FORWARD: 0, BACKWARD: 3, MODULE: 4}
 
 
 def test_a_dead_kernel_is_detected_quickly(graded):
@@ -452,16 +485,23 @@ def test_feedback_names_hidden_tests_but_hides_their_code(graded):
     assert "seed=2024" not in page and "BEGIN HIDDEN" not in page and "\x1b[" not in page
 
 
-def test_resume_skips_graded_submissions(graded):
-    completed = run_python(
-        *GRADER, graded["folder"], "--out", graded["out"], "--resume", *GRADE_ANYWHERE
-    )
-    assert completed.returncode == 0
-    # Each graded submission prints "[k/n] name: status" on stderr: none was graded again.
-    assert not re.search(r"^\[\d+/\d+\]", completed.stderr, re.MULTILINE), completed.stderr
-    assert f"graded {len(graded['rows'])} submissions" in completed.stdout
-    rows = {r["submission"]: r for r in csv.DictReader((graded["out"] / "grades.csv").open())}
-    assert rows == graded["rows"]
+def test_resume_keeps_ok_grades_and_grades_the_rest_again(graded, tmp_path):
+    """Part of the class again, into a copy of its reports, with the same settings: the ``ok``
+    rows are kept (no kernel starts for them), a ``malformed`` one is graded again."""
+    out = shutil.copytree(graded["out"], tmp_path / "out")
+    folder = tmp_path / "submissions"
+    folder.mkdir()
+    names = ("correct", "stubs", "hw3_layernorm_final", "says_timeout", "not_json")
+    for name in names:
+        shutil.copy(graded["folder"] / f"{name}.ipynb", folder)
+    completed = run_python(*GRADER, folder, "--out", out, "--resume", *OPTIONS)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    # Each graded submission prints "[k/n] name: status" on stderr.
+    regraded = re.findall(r"^\[\d+/\d+\] (.+?): ", completed.stderr, re.MULTILINE)
+    assert regraded == ["not_json.ipynb"], completed.stderr
+    assert f"graded {len(names)} submissions" in completed.stdout
+    rows = {r["submission"]: r for r in csv.DictReader((out / "grades.csv").open())}
+    assert rows == {f"{name}.ipynb": graded["rows"][f"{name}.ipynb"] for name in names}
 
 
 def test_a_learner_grades_one_notebook_and_sees_a_table(tmp_path):

@@ -55,9 +55,34 @@ def test_a_sandboxed_kernel_starts_in_bubblewrap_sharing_only_the_exchange(tmp_p
 
 def test_with_a_cgroup_the_launcher_joins_it_before_bubblewrap_starts(tmp_path, folders):
     procs = [tmp_path / "memory" / "cgroup.procs", tmp_path / "pids" / "cgroup.procs"]
-    argv = sandbox.sandboxed_argv(Settings(), folders, procs)
+    argv = sandbox.sandboxed_argv(Settings(), folders, procs, tmp_path / "seccomp.bpf")
     assert argv[:5] == [sys.executable, "-I", "-S", _launch.__file__, str(folders.exchange)]
-    assert argv[5:8] == [*map(str, procs), "--"] and argv[8] == "bwrap"
+    assert argv[5:7] == ["--seccomp", str(tmp_path / "seccomp.bpf")]
+    assert argv[7:10] == [*map(str, procs), "--"] and argv[10] == "bwrap"
+
+
+def test_every_sandboxed_kernel_gets_the_run_folders_seccomp_filter(tmp_path, folders):
+    """The launcher opens the filter (and joins a new keyring); bubblewrap loads it from the
+    descriptor the launcher fills in. Unsandboxed kernels get neither."""
+    with box(tmp_path).kernel(folders):
+        argv = kernelspec(folders)
+    filter_file = tmp_path / sandbox.SECCOMP_FILE
+    assert filter_file.stat().st_size > 0  # written at the first kernel: a BPF program
+    launcher, bwrap = argv[: argv.index("bwrap")], argv[argv.index("bwrap") :]
+    assert launcher[launcher.index("--seccomp") + 1] == str(filter_file)
+    assert bwrap[bwrap.index("--seccomp") + 1] == _launch.SECCOMP_FD
+    assert bwrap.index("--seccomp") < bwrap.index("--")  # an option of bwrap's, not the kernel's
+    with box(tmp_path, problem="--no-sandbox was given").kernel(folders_again(folders)):
+        assert "--seccomp" not in kernelspec(folders)
+
+
+def folders_again(folders):
+    """The same submission's folders, its kernelspec removed (to install another)."""
+    spec = folders.private / "kernels" / sandbox.KERNEL_NAME
+    (spec / "kernel.json").unlink()
+    spec.rmdir()
+    (folders.private / "kernels").rmdir()
+    return folders
 
 
 def test_without_the_sandbox_the_kernel_starts_plainly(tmp_path, folders):
@@ -83,7 +108,7 @@ def test_the_kernel_gets_only_the_variables_the_grader_chooses(monkeypatch, fold
     assert "AWS_SECRET_ACCESS_KEY" not in env
     assert env["HOME"] == str(folders.home) and env["MPLBACKEND"] == "Agg"
     assert env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == "4"  # 8 cores, 2 kernels
-    argv = sandbox.sandboxed_argv(Settings(jobs=2), folders, [])
+    argv = sandbox.sandboxed_argv(Settings(jobs=2), folders, [], folders.workdir / "seccomp.bpf")
     assert "--clearenv" in argv and argv.index("--clearenv") < argv.index("--setenv")
     set_names = {argv[i + 1] for i, arg in enumerate(argv) if arg == "--setenv"}
     assert set_names == set(env)

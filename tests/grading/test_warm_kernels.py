@@ -22,6 +22,7 @@ from jupyter_client.kernelspec import KernelSpecManager
 from addnorm_lib.grading import bubblewrap, sandbox
 from addnorm_lib.grading.settings import COURSE_ROOT, Settings
 from tests.conftest import run_python
+from tests.grading.test_bubblewrap import REFUSED, SYSCALL_PROBE, syscall_numbers
 
 PROBLEM = bubblewrap.bubblewrap_problem()
 pytestmark = [
@@ -164,6 +165,22 @@ def test_a_warm_kernel_is_as_confined_as_a_cold_one(kernel, box):
         assert any(kernels), "no warm kernel found to check"
         for warm in (process for children in kernels for process in children):
             assert "/addnorm-" in Path(f"/proc/{warm.pid}/cgroup").read_text()
+
+
+def test_a_warm_kernel_runs_under_the_sandboxs_seccomp_filter(kernel):
+    """The zygote forks it outside bubblewrap: it loads the same filter itself (and joins a new
+    session keyring first). The same attacks as on a cold kernel (test_bubblewrap.py) fail."""
+    arguments = [syscall_numbers(), "addnorm-no-such-key", 1]  # pid 1: the sandbox's init
+    status, printed = kernel.run(
+        "import json, sys\n"
+        "warm = 'torch' in sys.modules  # a cold kernel has not imported torch yet\n"
+        f"{SYSCALL_PROBE}\n"
+        f"print(json.dumps([warm, _syscall_attacks(*{arguments!r})]))"
+    )
+    assert status == "ok", printed
+    warm, met = json.loads(printed)
+    assert warm, "the kernel was not a warm one"
+    assert {attack: met[attack] for attack in REFUSED} == REFUSED
 
 
 def children_of(pid: int) -> list:
