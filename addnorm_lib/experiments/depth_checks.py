@@ -422,6 +422,19 @@ class FailureStep:
     changed: float
 
 
+def _opening_net_after_backward(
+    seed: int, depth: int, width: int, in_features: int, batch: int
+) -> DeepMLP:
+    """The opening experiment's float32 sigmoid/Xavier ``DeepMLP`` after one backward pass of
+    the mse loss on a random batch x (batch, in_features), y (batch, 1): its ``.grad`` set."""
+    set_seed(seed)
+    net = DeepMLP(in_features, width, 1, depth=depth, activation="sigmoid", init="xavier")
+    x = torch.randn(batch, in_features)  # (N, in_features)
+    y = torch.randn(batch, 1)  # (N, 1)
+    F.mse_loss(net(x), y).backward()
+    return net
+
+
 def one_step_failure(
     seed: int,
     depth: int = 30,
@@ -436,11 +449,7 @@ def one_step_failure(
     x (batch, in_features) and targets y (batch, 1), one backward pass of the mse loss, then one
     step ``p -= lr * p.grad`` on every parameter.
     """
-    set_seed(seed)
-    net = DeepMLP(in_features, width, 1, depth=depth, activation="sigmoid", init="xavier")
-    x = torch.randn(batch, in_features)  # (N, in_features)
-    y = torch.randn(batch, 1)  # (N, 1)
-    F.mse_loss(net(x), y).backward()
+    net = _opening_net_after_backward(seed, depth, width, in_features, batch)
     first, last = net.layers[0][0].weight, net.layers[-1][0].weight  # (width, width) each
     before = first.detach().clone()
     grad_first, grad_last = first.grad.norm().item(), last.grad.norm().item()
@@ -468,11 +477,7 @@ def one_step_threshold(
     |lr * grad|. Returns (k, the weights changed by the step with k * 0.999 * lr, the weights
     changed with k * 1.001 * lr): the check that k is the threshold.
     """
-    set_seed(seed)
-    net = DeepMLP(in_features, width, 1, depth=depth, activation="sigmoid", init="xavier")
-    x = torch.randn(batch, in_features)  # (N, in_features)
-    y = torch.randn(batch, 1)  # (N, 1)
-    F.mse_loss(net(x), y).backward()
+    net = _opening_net_after_backward(seed, depth, width, in_features, batch)
     first = net.layers[0][0].weight  # (width, width)
     w = first.detach().numpy().copy()  # (width, width) float32
     g = first.grad.numpy().copy()  # (width, width) float32
