@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -188,20 +187,6 @@ def requirements_text(root: Path, wheel: str) -> str:
 # Notebooks
 
 
-def stub_answer(source: str, where: str) -> str:
-    """A code answer cell with each solution region's code replaced by the stub, the
-    ``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines kept."""
-    lines = source.split("\n")
-    regions = release._marker_regions(lines, release.SOLUTION_BEGIN, release.SOLUTION_END, where)
-    if not regions:
-        raise release.ReleaseError(f"{where}: an answer cell has no '{release.SOLUTION_BEGIN}'")
-    for start, stop in reversed(regions):
-        indent = re.match(r"\s*", lines[start]).group(0)
-        stub = [indent + line for line in release.CODE_STUB]
-        lines[start : stop + 1] = [lines[start], *stub, lines[stop]]
-    return "\n".join(lines)
-
-
 def grader_notebook(solution, name: str):
     """What the kit's grader builds a graded notebook from, for one solution notebook.
 
@@ -218,7 +203,7 @@ def grader_notebook(solution, name: str):
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
             if meta.get("solution"):
-                cell.source = stub_answer(cell.source, where)
+                cell.source = release.strip_solution(cell.source, where, keep_markers=True)
             if release.HIDDEN_BEGIN in cell.source:
                 cell.source = release.strip_hidden_tests(cell.source, where)
         elif meta.get("solution"):

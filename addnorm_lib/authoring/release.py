@@ -54,15 +54,17 @@ def _marker_regions(lines, begin, end, where):
     return regions
 
 
-def strip_solution(source: str, where: str) -> str:
-    """Replace each solution region of a code cell with a NotImplementedError stub."""
+def strip_solution(source: str, where: str, keep_markers: bool = False) -> str:
+    """Replace each solution region of a code cell with a NotImplementedError stub; with
+    ``keep_markers``, the ``### BEGIN SOLUTION`` / ``### END SOLUTION`` lines stay around it."""
     lines = source.split("\n")
     regions = _marker_regions(lines, SOLUTION_BEGIN, SOLUTION_END, where)
     if not regions:
         raise ReleaseError(f"{where}: a solution cell must mark its answer with '{SOLUTION_BEGIN}'")
     for start, stop in reversed(regions):
         indent = re.match(r"\s*", lines[start]).group(0)
-        lines[start : stop + 1] = [indent + stub for stub in CODE_STUB]
+        stub = [indent + line for line in CODE_STUB]
+        lines[start : stop + 1] = [lines[start], *stub, lines[stop]] if keep_markers else stub
     return "\n".join(lines)
 
 
