@@ -86,6 +86,16 @@ DTYPE_ADVICE = {
 }
 #: what a returned array should be, by language
 ARRAY_KIND = {"numpy": "a numpy array", "torch": "a torch tensor"}
+#: the tolerance of a case that checks that float64 input is computed in float64: correct
+#: float64 code agrees with the float64 reference to about 1e-15, code that goes through float32
+#: on the way (an array or constant of that dtype, a torch tensor of torch's default dtype) only
+#: to about 1e-7, which the default tolerance does not always tell apart
+FLOAT64_TOLERANCE = {"atol": 1e-12, "rtol": 1e-10}
+#: what such a case says when it fails
+FLOAT64_HINT = (
+    "Compute float64 input in float64 all the way: a float32 array, constant or torch tensor "
+    "on the way (np.float32, torch's default dtype) keeps only about 7 significant digits."
+)
 ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth")
 
 

@@ -210,6 +210,15 @@ def batch_norm_cases(seed: int = 0) -> list[Case]:
             hint="Use the momentum argument: new = (1 - momentum) * old + momentum * batch.",
         ),
         case(
+            "a 3-D (N, C, L) = (7, 3, 4) input in training mode with momentum=0.2",
+            (7, 3, 4),
+            True,
+            momentum=0.2,
+            hint="3-D input takes the momentum argument too, and its running variance the "
+            "unbiased batch variance with n = N * L: new = (1 - momentum) * old + momentum * "
+            "batch.",
+        ),
+        case(
             "a (5, 3) input in training mode with eps=0.1",
             (5, 3),
             True,

@@ -60,11 +60,38 @@ def _describe_constants_call(architecture: str, n: int, m: int, stack: str | Non
     return template.format(n=n, m=m, stack=stack, sizes=sizes)
 
 
+#: the hint of a drawn case, by stack: each stack's formula uses its own numbers of layers
+DRAWN_HINTS = {
+    "encoder": "The encoder of an encoder-decoder model: 0.81 (N^4 M)^(1/16) and "
+    "0.87 (N^4 M)^(-1/16), with N, the encoder's own number of layers, to the 4th power.",
+    "decoder": "The decoder of an encoder-decoder model depends on M, its own number of layers, "
+    "alone: (3M)^(1/4) and (12M)^(-1/4), whatever N is (even when the encoder is deeper).",
+}
+
+
+def drawn_constant_cases(seed: int) -> tuple[tuple[str, int, int, str], ...]:
+    """Two encoder-decoder calls with depths drawn from ``seed``: the decoder of a model whose
+    encoder is deeper (N > M) and the encoder of one whose decoder is deeper (N < M), the two
+    orders that the fixed cases leave out for those stacks. Within the spec for every seed (the
+    formulas hold for any N and M); a hidden seed's depths are ones the learner never saw."""
+    rng = np.random.default_rng(seed + 42)
+    m, n = sorted(rng.choice(np.arange(2, 97), size=2, replace=False).tolist())  # M < N
+    other_n, other_m = sorted(rng.choice(np.arange(2, 97), size=2, replace=False).tolist())
+    return (
+        ("encoder-decoder", n, m, "decoder"),
+        ("encoder-decoder", other_n, other_m, "encoder"),
+    )
+
+
 def constants_cases(seed: int = 0) -> list[Case]:
-    """The calls checked; the constants are exact formulas, so ``seed`` changes nothing."""
+    """The calls checked: fixed ones (every architecture and stack), then two encoder-decoder
+    calls with depths drawn from ``seed`` (:func:`drawn_constant_cases`)."""
     hint = "Check the formula for this architecture and stack in the table."
     cases = []
-    for architecture, n, m, stack in CONSTANT_CASES:
+    calls = [*CONSTANT_CASES, *drawn_constant_cases(seed)]
+    for index, (architecture, n, m, stack) in enumerate(calls):
+        if index >= len(CONSTANT_CASES):
+            hint = DRAWN_HINTS[stack]
         kwargs = {"num_encoder_layers": n, "num_decoder_layers": m}
         if stack is not None:
             kwargs["stack"] = stack

@@ -425,23 +425,62 @@ RSQRT_CALLS = [(step, 1e-3, 100) for step in (1, 50, 99, 100, 101, 400)]  # each
 RSQRT_CALLS += [(10_000, 3e-4, 1000), (5, 0.1, 1)]
 
 
-def _schedule_cases(calls, names) -> list[Case]:
+#: said when a call of the drawn setting fails and no known mistake matches
+DRAWN_VASWANI_HINT = (
+    "The schedule must hold for any d_model and warmup: "
+    "d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)."
+)
+DRAWN_RSQRT_HINT = (
+    "With peak_lr = (d_model * warmup) ** -0.5, as here, warmup_rsqrt_lr(step, peak_lr, warmup) "
+    "equals vaswani_lr(step, d_model, warmup): a linear rise to peak_lr at step == warmup, then "
+    "peak_lr * sqrt(warmup / step)."
+)
+
+
+def _schedule_cases(calls, names, hint: str = "") -> list[Case]:
     """One exact Case per call, described as ``name=value, ...``."""
     cases = []
     for call in calls:
         description = ", ".join(f"{n}={v!r}" for n, v in zip(names, call, strict=True))
-        cases.append(Case(description, call, atol=0.0, rtol=1e-9))
+        cases.append(Case(description, call, atol=0.0, rtol=1e-9, hint=hint))
     return cases
 
 
+def drawn_schedule(seed: int) -> tuple[int, int, tuple[int, ...]]:
+    """``(d_model, warmup, steps)`` drawn from ``seed``: a step inside the warm-up, one after it
+    and one far beyond. Checked for every seed, as the schedules must work for any setting; a
+    hidden seed's are ones the learner never saw."""
+    rng = np.random.default_rng(seed + 52)
+    d_model = int(rng.choice([64, 96, 128, 256, 384, 768, 1024]))
+    warmup = int(rng.integers(10, 5000))
+    steps = (
+        int(rng.integers(2, warmup)),
+        int(rng.integers(warmup + 1, 4 * warmup)),
+        int(rng.integers(10 * warmup, 100 * warmup)),
+    )
+    return d_model, warmup, steps
+
+
 def vaswani_cases(seed: int = 0) -> list[Case]:
-    """The calls ``(step, d_model, warmup)`` checked; fixed steps, so ``seed`` changes nothing."""
-    return _schedule_cases(VASWANI_CALLS, ("step", "d_model", "warmup"))
+    """The calls ``(step, d_model, warmup)`` checked: fixed ones, then a setting drawn from
+    ``seed`` (:func:`drawn_schedule`)."""
+    d_model, warmup, steps = drawn_schedule(seed)
+    names = ("step", "d_model", "warmup")
+    drawn = [(step, d_model, warmup) for step in steps]
+    return [
+        *_schedule_cases(VASWANI_CALLS, names),
+        *_schedule_cases(drawn, names, DRAWN_VASWANI_HINT),
+    ]
 
 
 def rsqrt_cases(seed: int = 0) -> list[Case]:
-    """The calls ``(step, peak_lr, warmup)`` checked; fixed steps, so ``seed`` changes nothing."""
-    return _schedule_cases(RSQRT_CALLS, ("step", "peak_lr", "warmup"))
+    """The calls ``(step, peak_lr, warmup)`` checked: fixed ones, then the setting drawn from
+    ``seed`` with peak_lr = (d_model * warmup) ** -0.5, where the two schedules agree."""
+    d_model, warmup, steps = drawn_schedule(seed)
+    peak_lr = (d_model * warmup) ** -0.5
+    names = ("step", "peak_lr", "warmup")
+    drawn = [(step, peak_lr, warmup) for step in steps]
+    return [*_schedule_cases(RSQRT_CALLS, names), *_schedule_cases(drawn, names, DRAWN_RSQRT_HINT)]
 
 
 def _consistent_first(known, cases, observations) -> list:

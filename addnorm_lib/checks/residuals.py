@@ -24,6 +24,8 @@ import numpy as np
 
 from addnorm_lib.checks._advice import judged_calls_unchanged
 from addnorm_lib.checks._core import (
+    FLOAT64_HINT,
+    FLOAT64_TOLERANCE,
     Case,
     Observation,
     compare,
@@ -57,9 +59,10 @@ def block_cases(seed: int = 0) -> list[Case]:
     """Inputs (x, W1, b1, W2) for the forward blocks; square weights first (transposes show)."""
     rng = np.random.default_rng(seed + 10)
 
-    def case(description, shape, hidden, bias=0.0, hint=""):
+    def case(description, shape, hidden, bias=0.0, hint="", **tolerance):
         x = rng.normal(0.0, 1.0, shape)
-        return Case(description, (x, *_weights(rng, shape[-1], hidden, bias)), hint=hint)
+        weights = _weights(rng, shape[-1], hidden, bias)
+        return Case(description, (x, *weights), hint=hint, **tolerance)
 
     return [
         case("a 2-D (N, C) = (4, 5) input with square weights (H = C = 5)", (4, 5), 5),
@@ -82,6 +85,14 @@ def block_cases(seed: int = 0) -> list[Case]:
             bias=-1.0,
             hint="relu(z) = max(z, 0) zeroes the negative pre-activations.",
         ),
+        case(
+            "a 3-D (B, T, C) = (3, 2, 4) input with a narrower hidden layer (H = 3), to float64 "
+            "precision",
+            (3, 2, 4),
+            3,
+            hint=FLOAT64_HINT,
+            **FLOAT64_TOLERANCE,
+        ),
     ]
 
 
@@ -89,9 +100,10 @@ def backward_cases(seed: int = 0) -> list[Case]:
     """Inputs (dy, x, W1, b1, W2) for the backward passes."""
     rng = np.random.default_rng(seed + 11)
 
-    def case(description, shape, hidden, hint=""):
+    def case(description, shape, hidden, hint="", **tolerance):
         x, dy = rng.normal(size=shape), rng.normal(size=shape)
-        return Case(description, (dy, x, *_weights(rng, shape[-1], hidden)), hint=hint)
+        weights = _weights(rng, shape[-1], hidden)
+        return Case(description, (dy, x, *weights), hint=hint, **tolerance)
 
     return [
         case("a 2-D (N, C) = (4, 5) input with square weights (H = C = 5)", (4, 5), 5),
@@ -103,6 +115,13 @@ def backward_cases(seed: int = 0) -> list[Case]:
             "dW2 (H, C), dx like x.",
         ),
         case("a 3-D (B, T, C) = (2, 3, 4) input, H = 6", (2, 3, 4), 6, hint=LEADING_AXES_HINT),
+        case(
+            "a 3-D (B, T, C) = (2, 2, 3) input, H = 4, to float64 precision",
+            (2, 2, 3),
+            4,
+            hint=FLOAT64_HINT,
+            **FLOAT64_TOLERANCE,
+        ),
     ]
 
 

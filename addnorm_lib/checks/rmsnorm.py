@@ -13,6 +13,8 @@ import warnings
 import numpy as np
 
 from addnorm_lib.checks._core import (
+    FLOAT64_HINT,
+    FLOAT64_TOLERANCE,
     Case,
     Observation,
     compare,
@@ -102,6 +104,12 @@ def rms_norm_cases(seed: int = 0) -> list[Case]:
             rng.normal(size=(5, 5)),
             hint=SQUARE_HINT,
         ),
+        case(
+            "a 3-D (B, T, C) = (3, 4, 6) float64 input, to float64 precision",
+            rng.normal(size=(3, 4, 6)),
+            hint=FLOAT64_HINT,
+            **FLOAT64_TOLERANCE,
+        ),
     ]
 
 
@@ -140,7 +148,18 @@ def check_rms_norm(rms_norm, seed: int = 0) -> None:
 def rms_norm_backward_cases(seed: int = 0) -> list[Case]:
     """Inputs for ``rms_norm_backward(dy, x, weight, eps)``."""
     hint = "dweight has weight's shape (C,): sum over every axis but the last."
-    return last_axis_backward_cases(np.random.default_rng(seed + 31), 1e-6, hint)
+    rng = np.random.default_rng(seed + 31)
+    cases = last_axis_backward_cases(rng, 1e-6, hint)
+    x, dy = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))
+    weight = rng.uniform(0.5, 2.0, 7)  # (C,), away from 1
+    precise = Case(
+        "a 2-D (N, C) = (5, 7) float64 input, to float64 precision",
+        (dy, x, weight),
+        {"eps": 1e-6},
+        hint=FLOAT64_HINT,
+        **FLOAT64_TOLERANCE,
+    )
+    return [*cases, precise]
 
 
 def observe_rms_norm_backward(rms_norm_backward, seed: int = 0) -> list[Observation]:

@@ -12,7 +12,7 @@ from addnorm_lib.reference import mistakes, norms
 def test_references_pass(capsys):
     checks.check_batch_norm(norms.batch_norm)
     checks.check_batch_norm_backward(norms.batch_norm_backward, seed=2024)
-    assert "✓ batch_norm passed 10 checks" in capsys.readouterr().out
+    assert "✓ batch_norm passed 11 checks" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

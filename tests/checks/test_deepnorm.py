@@ -15,7 +15,7 @@ def test_references_pass(capsys):
     checks.check_deepnorm_residual(deepnorm.deepnorm_residual)
     checks.check_deepnorm_init(deepnorm.deepnorm_init_, seed=7)
     out = capsys.readouterr().out
-    assert "✓ deepnorm_constants passed 7 checks" in out and "✓ deepnorm_init_ passed" in out
+    assert "✓ deepnorm_constants passed 9 checks" in out and "✓ deepnorm_init_ passed" in out
 
 
 def _constants_from(mistake):

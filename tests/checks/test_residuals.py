@@ -17,7 +17,7 @@ def test_references_pass_every_check(capsys):
     checks.check_plain_block_backward(blocks.plain_block_backward, seed=2024)
     checks.check_stack_gradient_norms(blocks.stack_gradient_norms, seed=7)
     printed = capsys.readouterr().out
-    assert "✓ residual_block_backward passed 4 checks" in printed
+    assert "✓ residual_block_backward passed 5 checks" in printed
 
 
 CATALOGUES = [

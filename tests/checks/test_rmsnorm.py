@@ -13,7 +13,7 @@ def test_references_pass(capsys):
     checks.check_rms_norm_backward(norms.rms_norm_backward, seed=2024)
     checks.check_rms_norm_module(nn.RMSNorm)
     out = capsys.readouterr().out
-    assert "✓ rms_norm passed 7 checks" in out
+    assert "✓ rms_norm passed 8 checks" in out
     assert "✓ RMSNorm passed 13 checks" in out
 
 
