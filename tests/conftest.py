@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from addnorm_lib.grading import bubblewrap
+from addnorm_lib.grading import bubblewrap, cgroups
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -25,8 +25,20 @@ BOOK_GROUP = pytest.mark.xdist_group("book")
 # Lets the grader grade a folder where it cannot build its sandbox (it stops otherwise); where it
 # can, kernels run in it. UNSANDBOXED runs them without it wherever the tests run.
 UNSANDBOXED = ("--no-sandbox",)
-GRADE_ANYWHERE = () if bubblewrap.bubblewrap_problem() is None else UNSANDBOXED
-FIXTURE_GROUPS = {"graded": "graded-class", "graded_by_the_grader": "mutants-through-the-grader"}
+# Where the sandbox works but no group limits can be had (no cgroup, no systemd user scope), the
+# grader stops unless told to grade without them.
+UNLIMITED = (
+    ("--no-group-limits",) if cgroups.cgroup_problem() and cgroups.systemd_run_problem() else ()
+)
+GRADE_ANYWHERE = UNLIMITED if bubblewrap.bubblewrap_problem() is None else UNSANDBOXED
+FIXTURE_GROUPS = {
+    "graded": "graded-class",
+    "graded_by_the_grader": "mutants-through-the-grader",
+    "unsandboxed": "hostile-control",  # also the value of test_hostile_sandbox's `run` parameter
+    "sandboxed": "hostile-sandboxed",
+    "warm_run": "hostile-warm",
+    "course": "nbgrader-course",
+}
 
 
 def run_python(*args, **options) -> subprocess.CompletedProcess:
@@ -86,8 +98,9 @@ def built_book(tmp_path_factory) -> Path:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """Group the tests of FIXTURE_GROUPS, and let `--dist loadgroup` group tests again under
-    pytest 9.2 (pytest-xdist issue #1386).
+    """Group the tests of FIXTURE_GROUPS (those that use one of its fixtures, or get its name as
+    a parameter's value, as a fixture that picks its run by name does), and let `--dist
+    loadgroup` group tests again under pytest 9.2 (pytest-xdist issue #1386).
 
     xdist 3.8 tags a grouped test by appending "@group" to `item._nodeid`, which pytest 9.2 no
     longer reads (node ids are now structured, in `item._id`), so the groups are silently lost.
@@ -97,7 +110,9 @@ def pytest_collection_modifyitems(config, items):
     if not config.getoption("loadgroup", default=False):
         return
     for item in items:
-        for fixture in set(getattr(item, "fixturenames", ())) & set(FIXTURE_GROUPS):
+        callspec = getattr(item, "callspec", None)
+        chosen = {v for v in callspec.params.values() if isinstance(v, str)} if callspec else set()
+        for fixture in (set(getattr(item, "fixturenames", ())) | chosen) & set(FIXTURE_GROUPS):
             item.add_marker(pytest.mark.xdist_group(FIXTURE_GROUPS[fixture]))
         groups = sorted({str(mark.args[0]) for mark in item.iter_markers("xdist_group")})
         if groups and "@" not in item.nodeid and hasattr(item, "_id"):

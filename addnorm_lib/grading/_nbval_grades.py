@@ -21,6 +21,17 @@ starts the kernel the grader's way and fixes nbval behaviours that a grader cann
   kernel's client, here, out of the kernel's reach). Never the text of the failure: a cell can
   raise ``RuntimeError("Timeout of 60 seconds exceeded")``, nbval's own words, in no time.
 
+- the visible checks' records are *sealed* before the hidden tests run: just before the first
+  hidden tail cell (``assemble``: metadata ``addnorm.hidden_tests_of``), this process copies the
+  records that cell's metadata names (``addnorm.seal``) out of the observations folder into
+  ``sealed-observations`` next to its own records, out of the kernel's reach, and every record of
+  a cell that ran before says so (``sealed``: that folder). The judge reads the visible checks
+  from the sealed copies, so a kernel that saw the hidden tests cannot rewrite what a visible
+  check's message quotes. A copy, not a move: a kernel may hold the files open. A file the copy
+  refuses (a link, a FIFO, too large) is left out, and its check recorded no result;
+- a hidden tail cell whose visible test cell failed or timed out is skipped: it could earn
+  nothing, and an answer that loops forever costs one cell timeout, not two.
+
 Results carry the cell's code-cell ordinal, id and nbgrader metadata, not nbval's item names.
 """
 
@@ -37,11 +48,14 @@ import pytest
 from jupyter_client.manager import KernelManager
 from nbval.kernel import NbvalKernelspecManager, RunningKernel
 
+from addnorm_lib.checks import _record as record
 from addnorm_lib.grading._launch import KERNEL_FILE, SOCKET_PREFIX
 
 KERNEL_DIED = "the kernel died"
 OUTPUT_CAP = "[output past the grader's cap of {mb} MiB: dropped]"
 REPORT_CHARS = 20_000  # of a failed cell's report, kept in the record
+SEALED = "sealed-observations"  # next to the cell records: the visible checks' sealed records
+VISIBLE_FAILED = "its test cell failed: its hidden tests are not run"
 
 
 class KernelDied(RuntimeError):
@@ -186,21 +200,73 @@ def pytest_configure(config):
         home = Path(config.getoption("--addnorm-home") or exchange)
         private = Path(path).parent  # the records' folder: the grader's alone
         nbval.kernel.start_new_kernel = kernel_starter(Path(exchange), home, private)
-    config.pluginmanager.register(GradeRecorder(path), "addnorm-grade-recorder")
+    observations = Path(exchange) / "observations" if exchange else None
+    recorder = GradeRecorder(path, observations)
+    config.pluginmanager.register(recorder, "addnorm-grade-recorder")
+
+
+def hidden_tail_metadata(item) -> dict | None:
+    """The ``addnorm`` metadata of a hidden tail cell (``assemble.hidden_tail``); None for any
+    other cell."""
+    cell = getattr(item, "cell", None)
+    found = (cell or {}).get("metadata", {}).get("addnorm")
+    return found if isinstance(found, dict) and "hidden_tests_of" in found else None
+
+
+def seal(observations: Path, names: list[str], sealed: Path) -> None:
+    """Copy the records ``names`` from ``observations`` into the new folder ``sealed``, read as
+    the judge reads them (regular files only, no link followed, within the record's size cap);
+    a record that is missing or refused is left out."""
+    sealed.mkdir(mode=0o700)
+    try:
+        folder = record.open_folder(observations)
+    except OSError:  # gone, or a link where the folder was: nothing to seal
+        return
+    try:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError, record.RecordRefused):
+                data = record.read_regular_file(name, folder)
+                (sealed / name).write_bytes(data)
+    finally:
+        os.close(folder)
 
 
 class GradeRecorder:
-    """Collects one record per executed notebook cell and writes them when the session ends."""
+    """Collects one record per executed notebook cell and writes them when the session ends;
+    seals the visible checks' records before the first hidden tail cell runs."""
 
-    def __init__(self, path):
+    def __init__(self, path, observations: Path | None = None):
         self.path = path
         self.cells = []
+        self.observations = observations
+        self.sealed: Path | None = None  # the sealed copies, once made
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item):
-        """Run a cell even when an earlier one timed out (nbval would mark it xfail)."""
+        """Run a cell even when an earlier one timed out (nbval would mark it xfail); before the
+        first hidden tail cell, seal the visible checks' records."""
         if getattr(item.parent, "timed_out", False):
             item.parent.timed_out = False  # run the next cell anyway
+        tail = hidden_tail_metadata(item)
+        if tail is None:
+            return
+        if self.sealed is None and self.observations is not None:
+            sealed = Path(self.path).parent / SEALED
+            seal(self.observations, [str(name) for name in tail.get("seal", [])], sealed)
+            self.sealed = sealed
+            for found in self.cells:  # every cell so far ran before the hidden tests
+                found["sealed"] = str(sealed)
+        if not self.passed(str(tail["hidden_tests_of"])):  # its cell has lost its points
+            pytest.skip(VISIBLE_FAILED)
+
+    def passed(self, grade_id: str) -> bool:
+        """Whether nbval passed the visible cell of the test cell ``grade_id``, in time."""
+        return any(
+            found["nbgrader"].get("grade_id") == grade_id
+            and found["status"] == "passed"
+            and not found["timed_out"]
+            for found in self.cells
+        )
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item):
@@ -225,6 +291,7 @@ class GradeRecorder:
                     "code_index": item.cell_num,  # nbval counts code cells only, from 0
                     "id": cell.get("id"),
                     "nbgrader": dict(cell.get("metadata", {}).get("nbgrader", {})),
+                    "hidden_tests_of": (hidden_tail_metadata(item) or {}).get("hidden_tests_of"),
                     # passed / failed / skipped; xfail only if nbval skipped it after a timeout
                     "status": "not_run" if hasattr(report, "wasxfail") else report.outcome,
                     # this process's clock ran out waiting for it (not what the cell said)

@@ -7,6 +7,22 @@ is the instructor's, with only the student's answer cells put in (and any cell o
 defines an answer's function again before its test, as a notebook run from the top would use it).
 Nothing else the student wrote outside answer cells runs, and no metadata of theirs (points, ids,
 markers) has any say.
+
+**The hidden tail.** A test cell's hidden block (``### BEGIN HIDDEN TESTS`` ... ``### END HIDDEN
+TESTS``) is taken out of its cell and put, as a code cell of its own, at the *end* of the graded
+notebook, after every instructor's and answer cell, in the order of the test cells; its metadata
+(``addnorm.hidden_tests_of``) names the test cell it belongs to. So everything the grader keeps
+from the kernel about the visible cells (nbval's reports, the checks' records, sealed by the nbval
+plugin before the first tail cell runs: ``_nbval_grades``) was produced before any hidden source,
+seed or input entered the kernel, and nothing the kernel says about a tail cell reaches a message
+(``judge``). Hidden tests therefore judge the notebook's *final* definitions: a function that a
+later answer cell defines again is tested in its last version. A kernel that dies before the
+tail has its hidden tests run by a second run that stops before the cell that killed it
+(``execute.recovery_notebook``).
+
+A hidden block may hold only check calls, ``checks.<name>(<identifier>, seed=<int>)``
+(:func:`hidden_blocks_problem`): they are judged outside the kernel, from their records, where
+an input transformer or a patched ``assert`` of the notebook has no say.
 """
 
 import ast
@@ -16,13 +32,14 @@ import json
 import os
 import re
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import nbformat
 
 from addnorm_lib.authoring import release
 from addnorm_lib.checks import JUDGES
+from addnorm_lib.checks import _record as record
 
 NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_\w+.*$", re.MULTILINE)
 MIB = 2**20
@@ -55,7 +72,9 @@ class TestCell:
     index: int  # position in the notebook
     points: float
     hidden: bool  # has hidden tests
-    checks: tuple[tuple[str, int], ...]  # (check function, seed) called by the cell
+    checks: tuple[tuple[str, int], ...]  # (check function, seed) called by its visible part
+    hidden_index: int | None = None  # position of its hidden tail cell in the graded notebook
+    hidden_checks: tuple[tuple[str, int], ...] = ()  # (check function, seed) of its hidden tests
 
 
 @dataclass
@@ -63,7 +82,7 @@ class Assignment:
     """An instructor's notebook, ready to grade submissions against."""
 
     name: str
-    graded_base: nbformat.NotebookNode  # answers stubbed; tests and hidden tests kept
+    graded_base: nbformat.NotebookNode  # answers stubbed; tests kept, hidden tests at the end
     answers: dict[str, str]  # grade_id -> cell id of each answer cell
     tests: list[TestCell]
     source_sha256: str = ""  # of the instructor's notebook file: a grade kept by --resume needs it
@@ -96,18 +115,70 @@ def assignment_name(nb, fallback: str) -> str:
     return str(nb.metadata.get("addnorm", {}).get("assignment", fallback))
 
 
+def hidden_blocks(source: str, where: str) -> list[tuple[int, str]]:
+    """The hidden blocks of a test cell: (line number of the first line inside the markers,
+    counted from 1 in the cell, and the block's text without its markers)."""
+    lines = source.split("\n")
+    regions = release._marker_regions(lines, release.HIDDEN_BEGIN, release.HIDDEN_END, where)
+    return [(start + 2, "\n".join(lines[start + 1 : stop])) for start, stop in regions]
+
+
 def read_test_cell(cell, index: int, where: str) -> TestCell:
-    """The :class:`TestCell` of a graded cell of the instructor's notebook."""
+    """The :class:`TestCell` of a graded cell of the instructor's notebook (its hidden tests
+    still in it: :func:`load_assignment` moves them to the tail)."""
     meta = cell.metadata["nbgrader"]
     hidden = release.HIDDEN_BEGIN in cell.source
-    checks = checks_called(cell.source, where)
-    return TestCell(meta["grade_id"], index, float(meta["points"]), hidden, checks)
+    visible = release.strip_hidden_tests(cell.source, where) if hidden else cell.source
+    checks = checks_called(visible, where)
+    blocks = "\n".join(block for _, block in hidden_blocks(cell.source, where))
+    hidden_checks = checks_called(blocks, where) if hidden else ()
+    return TestCell(
+        meta["grade_id"], index, float(meta["points"]), hidden, checks, None, hidden_checks
+    )
+
+
+HIDDEN_OF = "hidden_tests_of"  # the metadata key (under "addnorm") of a hidden tail cell
+SEAL = "seal"  # the records that the nbval plugin seals before the tail runs (visible checks')
+
+
+def hidden_tail(base, tests: list[TestCell], name: str) -> list[TestCell]:
+    """Move each test cell's hidden blocks out of ``base`` into a tail cell of its own at the
+    end (in place); the tests, with the positions of their tail cells."""
+    seal = sorted(
+        {record.observation_name(check, seed) for test in tests for check, seed in test.checks}
+    )
+    with_ids = all("id" in cell for cell in base.cells)
+    placed = []
+    for test in tests:
+        if not test.hidden:
+            placed.append(test)
+            continue
+        cell, where = base.cells[test.index], f"{name}, cell {test.index}"
+        blocks = [block for _, block in hidden_blocks(cell.source, where)]
+        cell.source = release.strip_hidden_tests(cell.source, where)
+        tail = nbformat.v4.new_code_cell(
+            "\n".join(blocks), metadata={"addnorm": {HIDDEN_OF: test.grade_id, SEAL: seal}}
+        )
+        if with_ids:
+            tail["id"] = f"addnorm-hidden-{test.index}"
+        else:
+            tail.pop("id", None)
+        placed.append(replace(test, hidden_index=len(base.cells)))
+        base.cells.append(tail)
+    return placed
 
 
 def load_assignment(path: Path) -> Assignment:
-    """The assignment of one instructor's notebook."""
+    """The assignment of one instructor's notebook, its hidden tests moved to the tail.
+
+    Raises ValueError (one line: :func:`hidden_blocks_problem`) when a hidden block holds
+    anything but check calls: no point may depend on code that only the kernel runs.
+    """
     raw = path.read_bytes()
     solution = nbformat.reads(raw.decode("utf-8"), as_version=4)
+    problem = hidden_blocks_problem(solution, path.name)
+    if problem:
+        raise ValueError(problem)
     base = release.stub_solutions(solution, path.name)
     answers, tests = {}, []
     for index, cell in enumerate(base.cells):
@@ -116,8 +187,85 @@ def load_assignment(path: Path) -> Assignment:
             answers[meta["grade_id"]] = cell.get("id")
         if meta.get("grade"):
             tests.append(read_test_cell(cell, index, f"{path.name}, cell {index}"))
+    tests = hidden_tail(base, tests, path.name)
     name = assignment_name(solution, path.stem)
     return Assignment(name, base, answers, tests, hashlib.sha256(raw).hexdigest())
+
+
+HIDDEN_ONLY_CHECKS = (
+    "hidden tests may only call checks, as checks.<name>(<function>, seed=<int>), because they "
+    "are judged outside the kernel; make this line a check or move it to the visible part"
+)
+
+
+STATEMENTS = {
+    "Assert": "an assert",
+    "Assign": "an assignment",
+    "AugAssign": "an assignment",
+    "AnnAssign": "an assignment",
+    "Import": "an import",
+    "ImportFrom": "an import",
+    "For": "a loop",
+    "While": "a loop",
+    "If": "an if statement",
+    "FunctionDef": "a function definition",
+}
+
+
+def hidden_call_problem(node: ast.stmt) -> str | None:
+    """What keeps a statement of a hidden block from being a check call; None if it is one."""
+    call = node.value if isinstance(node, ast.Expr) else None
+    if not isinstance(call, ast.Call):
+        kind = type(node).__name__
+        return f"{STATEMENTS.get(kind, f'a statement ({kind})')}, not a check call"
+    func = call.func
+    if not (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "checks"
+    ):
+        return "a call of something other than checks.<name>"
+    if func.attr not in JUDGES:
+        return f"checks.{func.attr} has no judge"
+    if len(call.args) != 1 or not isinstance(call.args[0], ast.Name):
+        return f"checks.{func.attr} must get one function or class, by its name"
+    seeds = [k for k in call.keywords if k.arg == "seed"]
+    if len(call.keywords) != 1 or not seeds:
+        return f"checks.{func.attr} must get seed=<int> and no other keyword"
+    seed = seeds[0].value
+    if not (isinstance(seed, ast.Constant) and type(seed.value) is int):
+        return f"checks.{func.attr}'s seed must be a whole number written out"
+    return None
+
+
+def hidden_blocks_problem(nb, name: str) -> str | None:
+    """What is wrong with the hidden blocks of an instructor's notebook, in one line naming the
+    notebook, the cell's grade_id and the line; None if every hidden line is a check call.
+
+    Only check calls are allowed (:data:`HIDDEN_ONLY_CHECKS`): an ``assert``, an assignment or an
+    import in a hidden block runs in the kernel alone, where the notebook can rewrite it.
+    """
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or release.HIDDEN_BEGIN not in cell.source:
+            continue
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id", f"cell {index}")
+        where = f"{name}, test cell {grade_id!r}"
+        try:
+            blocks = hidden_blocks(cell.source, where)
+        except release.ReleaseError as err:
+            return str(err)
+        for first, block in blocks:
+            try:
+                tree = ast.parse(block)
+            except SyntaxError as err:
+                line = first + (err.lineno or 1) - 1
+                return f"{where}, line {line}: does not parse ({err.msg}); {HIDDEN_ONLY_CHECKS}"
+            for node in tree.body:
+                problem = hidden_call_problem(node)
+                if problem:
+                    line = first + node.lineno - 1
+                    return f"{where}, line {line}: {problem}; {HIDDEN_ONLY_CHECKS}"
+    return None
 
 
 def load_assignments(source: Path) -> dict[str, Assignment]:
@@ -371,6 +519,22 @@ def learner_definitions(
 
 
 LEARNER_CELL = "\n\n# --- your cell {index}, after the answer cell: graded with it ---\n"
+NOTE_LIMIT = 500  # characters of one note (judge.py's table of caps)
+NOTES_LIMIT = 10  # notes kept; one more says how many were left out
+
+
+def capped_notes(notes: list[str]) -> list[str]:
+    """At most :data:`NOTES_LIMIT` notes of at most :data:`NOTE_LIMIT` characters each, each cut
+    note and the list itself ending with a note that says how much was left out."""
+    kept = [
+        note
+        if len(note) <= NOTE_LIMIT
+        else f"{note[:NOTE_LIMIT]}... ({len(note) - NOTE_LIMIT} more characters)"
+        for note in notes[:NOTES_LIMIT]
+    ]
+    if len(notes) > NOTES_LIMIT:
+        kept.append(f"... and {len(notes) - NOTES_LIMIT} more notes like these")
+    return kept
 
 
 def assemble(assignment: Assignment, student) -> tuple[nbformat.NotebookNode, list[str]]:
@@ -405,4 +569,4 @@ def assemble(assignment: Assignment, student) -> tuple[nbformat.NotebookNode, li
                 "from the top would. Next time, write your answer in the answer cell itself."
             )
         cell.source = NBVAL_MARKER.sub("", source)  # nbval skip/raises markers have no say here
-    return graded, notes
+    return graded, capped_notes(notes)

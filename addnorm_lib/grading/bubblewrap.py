@@ -7,7 +7,9 @@ The process inside sees a minimal read-only root and nothing else of the host:
   empty folder. The rest of the course (solutions, tests, the book, reports) is simply absent;
 - its own ``/proc``, read-only (``/proc/sys`` checks the host uid, which is the grader's), with
   ``/proc/keys`` and ``/proc/key-users`` empty (they list the keys of that uid), a minimal
-  ``/dev``, private ``/tmp`` and ``/dev/shm``;
+  ``/dev``, private ``/tmp`` and ``/dev/shm``, each a tmpfs of capped size (``TMP_MB``,
+  ``SHM_MB``: uncapped, a tmpfs may take half the machine's memory, and a process that filled
+  one would leave the memory taken until the sandbox ends);
 - its home and working folder, an empty tmpfs of capped size, seen by no other process;
 - one folder shared with the grader, the *exchange*: the kernel's connection file and IPC
   sockets, and the checks' records. Nothing else of the grader's (the graded notebook with its
@@ -51,6 +53,11 @@ KEY_TABLES = ("/proc/keys", "/proc/key-users")
 
 
 HOME_MB = 256  # the size of a sandboxed process's home
+# The sizes of its /tmp and /dev/shm: ample for the scratch files and shared arrays of a course
+# notebook (none of the course's uses either), small beside the kernel's memory cap, which (with
+# a cgroup) they also count against.
+TMP_MB = 64
+SHM_MB = 64
 # The exercises' answers, in effect: blanked in the sandbox as one folder, so that a new reference
 # module is hidden without anyone listing it.
 REFERENCE = COURSE_ROOT / "addnorm_lib" / "reference"
@@ -59,13 +66,17 @@ REFERENCE = COURSE_ROOT / "addnorm_lib" / "reference"
 @dataclass(frozen=True)
 class Whitelist:
     """What a sandboxed process may see: read-only folders, folders blanked inside them, its
-    home (an empty tmpfs of ``home_mb`` MiB) and the one folder it shares with the grader."""
+    home (an empty tmpfs of ``home_mb`` MiB) and the one folder it shares with the grader; its
+    ``/tmp`` and ``/dev/shm`` are empty tmpfs of ``tmp_mb`` and ``shm_mb`` MiB (None: uncapped,
+    for tests that show what the cap stops)."""
 
     read_only: tuple[Path, ...]
     hidden: tuple[Path, ...]
     home: Path
     exchange: Path
     home_mb: int = HOME_MB
+    tmp_mb: int | None = TMP_MB
+    shm_mb: int | None = SHM_MB
 
 
 def course_whitelist(home: Path, exchange: Path, home_mb: int = HOME_MB) -> Whitelist:
@@ -108,6 +119,13 @@ def usr_links(root: Path = Path("/")) -> list[list[str]]:
     return links
 
 
+def sized_tmpfs(size_mb: int | None, path: str) -> list[str]:
+    """bubblewrap's options for an empty tmpfs at ``path`` of ``size_mb`` MiB (None: the
+    kernel's default, half the machine's memory); ``--size`` applies to the next mount only."""
+    size = [] if size_mb is None else ["--size", str(size_mb * 2**20)]
+    return [*size, "--tmpfs", path]
+
+
 def bubblewrap_argv(
     whitelist: Whitelist,
     command: list[str],
@@ -138,14 +156,15 @@ def bubblewrap_argv(
     argv += ["--proc", "/proc", "--remount-ro", "/proc"]
     for table in KEY_TABLES:  # every key of the grader's uid, and its key quotas: empty
         argv += ["--ro-bind", "/dev/null", table]
-    argv += ["--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
+    argv += ["--dev", "/dev"]
+    argv += [*sized_tmpfs(whitelist.tmp_mb, "/tmp"), *sized_tmpfs(whitelist.shm_mb, "/dev/shm")]
     for path in whitelist.read_only:
         argv += ["--ro-bind", str(path), str(path)]
     for path in whitelist.hidden:
         argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
     home, exchange = str(whitelist.home), str(whitelist.exchange)
     argv += ["--bind", exchange, exchange]
-    argv += ["--size", str(whitelist.home_mb * 2**20), "--tmpfs", home, "--chdir", home]
+    argv += [*sized_tmpfs(whitelist.home_mb, home), "--chdir", home]
     argv += ["--setenv", "HOME", home]
     return [*argv, "--", *command]
 

@@ -13,6 +13,44 @@ zygote that has imported the checks and torch once. A record that still blows up
 its own test cell its points, with a message that says so; the grader and the other cells go on.
 What a record can only claim (facts that the kernel alone saw, ``checks.UNVERIFIED``) earns no
 points; a passing cell's message names those claims as unverified, and says its points stand.
+
+**Hidden tests** run last, each test cell's in a tail cell of its own (``assemble``). A test cell
+with hidden tests earns its points when its visible cell passed as above *and* its tail cell
+ran, passed, and every check it calls recorded a result that its judge accepts. Nothing the
+kernel said about a tail cell reaches a message: not nbval's report, not its output, not its
+exception, not a judge's text on a hidden case (it may quote hidden inputs), not a hidden seed.
+The message is the grader's own (:data:`HIDDEN_FAILED`, ...), naming the check at most. The
+visible checks are judged from the records sealed before the tail ran (``_nbval_grades``), so a
+kernel that saw the hidden tests cannot rewrite what a visible check's message quotes.
+
+A kernel that died before the tail gets one **recovery run** (``execute.recovered``): then the
+tail cells' records, and the hidden checks' observations, are the recovery run's
+(:func:`recovered_records`), and everything else (the visible cells, their messages, the
+notebook's status) is still the first run's. A tail cell that the recovery run's kernel did not
+live to start is not run (:data:`HIDDEN_NOT_RUN`).
+
+**Caps.** What the kernel can make long is cut on its way to ``grades.json``, the feedback page
+and the terminal, with a note that says so; a submission's row is always kept.
+
+=================================  =============================  ================================
+what                               cap                            the note where it is cut
+=================================  =============================  ================================
+a test cell's message              :data:`MESSAGE_LIMIT` chars    ``... (N more characters)``
+nbval's report of a failed cell    its last 20,000 chars          (the exception line is at the
+(``_nbval_grades.REPORT_CHARS``)   (then the message cap)         end: it is kept)
+a judge's message on a record      20,000 chars, a line of 1 MiB  the message cap's
+(``_judge_worker``)                (then the message cap)
+the kernel's output, in all        ``--output-mb``                ``[output past the grader's
+                                                                  cap of N MiB: dropped]``
+the cell records (``execute``)     64 MiB                         status ``error``: "nbval
+                                                                  produced no results"
+one check's record (``_record``)   32 MiB                         ``unusable (too large)``
+a note (``assemble``)              500 chars                      ``... (N more characters)``
+notes (``assemble``)               10                             ``... and N more notes like
+                                                                  these``
+a reason                           300 chars of an error's text   (fixed texts around it)
+test cells and cell records        the instructor's cells         (a submission adds none)
+=================================  =============================  ================================
 """
 
 import atexit
@@ -28,10 +66,14 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from addnorm_lib.checks import _record as record
 from addnorm_lib.grading._pytest_runner import single_threaded
 from addnorm_lib.grading.assemble import Assignment, TestCell
+
+if TYPE_CHECKING:  # the judge needs no sandbox: the recovery run is just records and a folder
+    from addnorm_lib.grading.execute import Execution
 from addnorm_lib.grading.settings import COURSE_ROOT
 
 STATUSES = ("ok", "timeout", "kernel_died", "malformed", "unknown_assignment", "error")
@@ -51,6 +93,21 @@ PASSED_WITH_CLAIMS = (
     "check from outside your notebook (it adds or removes no points):"
 )
 UNUSABLE = "the recorded result is unusable"
+# The messages of hidden tests: the grader's own words, the check's name at most.
+HIDDEN_FAILED = "Failed a hidden test: {name} on a case the grader keeps hidden."
+HIDDEN_NO_RESULT = (
+    "A hidden test, {name}, " + NO_RESULT + ": the notebook did not reach it, or switched the "
+    "check off."
+)
+HIDDEN_LIMITS = (
+    "A hidden test, {name}: judging its result was stopped at the judge's limits ({limits}); "
+    "it earns no points."
+)
+HIDDEN_ERROR = "Failed a hidden test on a case the grader keeps hidden: the cell raised an error."
+HIDDEN_TIMEOUT = "A hidden test did not finish in {seconds:g} s and was interrupted."
+HIDDEN_NOT_RUN = (
+    "Not run: the notebook stopped before the hidden tests, which run after every other cell."
+)
 
 # The judge worker's limits (module constants: the grader's settings are not the judge's).
 JUDGE_MEMORY_MB = 1024  # address space a worker may use beyond the zygote's own (~0.7 GiB)
@@ -110,6 +167,13 @@ class Grade:
         return Grade(**data)
 
 
+def capped(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` cut to ``limit`` characters, with a note of how many were left out."""
+    if len(message) > limit:
+        message = message[:limit] + f"\n... ({len(message) - limit} more characters)"
+    return message
+
+
 def clean_message(report: str, limit: int = MESSAGE_LIMIT) -> str:
     """The exception line(s) of an nbval failure report, without terminal escape sequences or
     other control characters, truncated to limit."""
@@ -117,9 +181,7 @@ def clean_message(report: str, limit: int = MESSAGE_LIMIT) -> str:
     lines = text.rstrip().split("\n")
     starts = [i for i, line in enumerate(lines) if EXCEPTION_LINE.match(line)]
     message = "\n".join(lines[starts[-1] :]) if starts else text.strip()
-    if len(message) > limit:
-        message = message[:limit] + f"\n... ({len(message) - limit} more characters)"
-    return message
+    return capped(message, limit)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -328,11 +390,13 @@ def judge_records(checks, folder: Path) -> dict[tuple[str, int], dict]:
     return verdicts
 
 
+JUDGE_LIMITS = f"{JUDGE_MEMORY_MB} MiB of memory, {JUDGE_CHECK_SECONDS:g} s"
+
+
 def failure_message(name: str, seed: int, verdict: dict) -> str | None:
-    """What a test cell says about one check's verdict: None if it passed."""
+    """What a test cell says about one visible check's verdict: None if it passed."""
     kind, detail = verdict["verdict"], verdict["message"]
     where = f"{name}(seed={seed})"
-    limits = f"({JUDGE_MEMORY_MB} MiB of memory, {JUDGE_CHECK_SECONDS:g} s)"
     messages = {
         "passed": None,
         "failed": f"CheckFailed: {detail}",
@@ -346,13 +410,27 @@ def failure_message(name: str, seed: int, verdict: dict) -> str | None:
         "timeout": f"{where}: judging the recorded result took longer than "
         f"{JUDGE_CHECK_SECONDS:g} s and was stopped; it earns no points.",
         "stopped": f"{where}: judging the recorded result was stopped at the judge's limits "
-        f"{limits}; it earns no points.",
+        f"({JUDGE_LIMITS}); it earns no points.",
     }
     return messages.get(kind, f"{where}: {UNUSABLE}.")
 
 
+def hidden_failure_message(name: str, verdict: dict) -> str | None:
+    """What a test cell says about one hidden check's verdict: None if it passed. Never the
+    judge's text (it may quote the hidden case) nor the seed: the grader's words and the name."""
+    kind = verdict["verdict"]
+    if kind == "passed":
+        return None
+    if kind == "missing":
+        return HIDDEN_NO_RESULT.format(name=name)
+    if kind in ("memory", "timeout", "stopped"):
+        return HIDDEN_LIMITS.format(name=name, limits=JUDGE_LIMITS)
+    return HIDDEN_FAILED.format(name=name)
+
+
 def judge_checks(test: TestCell, verdicts: dict) -> tuple[bool, str]:
-    """(passed, message) of a test cell's checks: the first failure, or the unverified claims."""
+    """(passed, message) of a test cell's visible checks: the first failure, or the
+    unverified claims."""
     claims = []
     for name, seed in test.checks:
         verdict = verdicts[(name, seed)]
@@ -378,7 +456,8 @@ def records_by_cell(assignment: Assignment, records: list[dict] | None) -> dict[
 
 
 def judge_cell(test: TestCell, found: dict | None, verdicts: dict, cell_timeout: float):
-    """(status, message) of one test cell, from its nbval record and its checks' verdicts."""
+    """(status, message) of one test cell's visible part, from its nbval record and its checks'
+    verdicts."""
     if found is None:
         return "not_run", "Not run: the notebook stopped before this cell."
     if found["timed_out"]:  # the grader's clock ran out on it (_nbval_grades), not its text
@@ -394,39 +473,111 @@ def judge_cell(test: TestCell, found: dict | None, verdicts: dict, cell_timeout:
     return "failed", message
 
 
+def judge_hidden(test: TestCell, found: dict | None, verdicts: dict, cell_timeout: float):
+    """(status, message) of one test cell's hidden tail cell: ``passed`` only when it ran,
+    passed and every hidden check's record passed its judge. Its record's report is never read."""
+    if found is None:
+        return "not_run", HIDDEN_NOT_RUN
+    if found["timed_out"]:
+        return "timeout", HIDDEN_TIMEOUT.format(seconds=cell_timeout)
+    for name, seed in test.hidden_checks:
+        message = hidden_failure_message(name, verdicts[(name, seed)])
+        if message is not None:
+            return "failed", message
+    if found["status"] != "passed":
+        return "failed", HIDDEN_ERROR
+    return "passed", ""
+
+
+def visible_folder(found: dict | None, observations: Path) -> Path:
+    """Where a visible cell's checks are judged from: the copies the nbval plugin sealed before
+    the hidden tests ran (its record says where), else the observations folder (no hidden test
+    had run: the notebook has none, or stopped before them)."""
+    sealed = (found or {}).get("sealed")
+    return Path(sealed) if sealed else Path(observations)
+
+
+def hidden_folder(tail: dict | None, observations: Path) -> Path:
+    """Where a tail cell's hidden checks are judged from: the recovery run's observations (its
+    record says where: :func:`recovered_records`), else ``observations``."""
+    again = (tail or {}).get("observations")
+    return Path(again) if again else Path(observations)
+
+
+def recovered_records(
+    records: list[dict] | None, recovery: "Execution | None"
+) -> list[dict] | None:
+    """``records`` with the tail cells' records of the ``recovery`` run in place of their own.
+
+    The first run's tail records all go (its kernel died before them); of the recovery run's
+    records only those of tail cells (``hidden_tests_of``) that started while its kernel lived
+    are taken, each with the folder its checks recorded into (``observations``). So a tail that
+    it did not reach (its kernel died too, it ran out of time, it left no records) is not run.
+    """
+    if recovery is None or records is None:
+        return records
+    tails, alive = [], not recovery.wall_timeout
+    for found in recovery.records or []:
+        if alive and found.get("hidden_tests_of"):
+            tails.append({**found, "observations": str(recovery.observations)})
+        alive = alive and found["kernel_alive"]
+    return [found for found in records if not found.get("hidden_tests_of")] + tails
+
+
 def judge(
-    assignment: Assignment, records, observations: Path, cell_timeout: float
+    assignment: Assignment,
+    records,
+    observations: Path,
+    cell_timeout: float,
+    recovery: "Execution | None" = None,
 ) -> list[CellGrade]:
-    """The grade of every test cell of the assignment; one judge worker judges every record."""
-    by_position = records_by_cell(assignment, records)
-    judged = [
-        check
-        for test in assignment.tests
-        if (found := by_position.get(test.index)) is not None and not found["timed_out"]
-        for check in test.checks
-    ]
-    verdicts = judge_records(judged, observations) if judged else {}
+    """The grade of every test cell of the assignment; a judge worker per folder of records
+    (the visible checks' sealed copies, the hidden checks' in ``observations``, or in the
+    ``recovery`` run's: :func:`recovered_records`)."""
+    by_position = records_by_cell(assignment, recovered_records(records, recovery))
+    wanted: dict[Path, list] = {}
+    for test in assignment.tests:
+        found = by_position.get(test.index)
+        if found is not None and not found["timed_out"]:
+            wanted.setdefault(visible_folder(found, observations), []).extend(test.checks)
+        tail = by_position.get(test.hidden_index) if test.hidden_index is not None else None
+        if tail is not None and not tail["timed_out"]:
+            wanted.setdefault(hidden_folder(tail, observations), []).extend(test.hidden_checks)
+    verdicts = {
+        folder: judge_records(checks, folder) if checks else {} for folder, checks in wanted.items()
+    }
     cells = []
     for test in assignment.tests:
         found = by_position.get(test.index)
-        status, message = judge_cell(test, found, verdicts, cell_timeout)
+        mine = verdicts.get(visible_folder(found, observations), {})
+        status, message = judge_cell(test, found, mine, cell_timeout)
+        if status == "passed" and test.hidden_index is not None:
+            tail = by_position.get(test.hidden_index)
+            hidden = verdicts.get(hidden_folder(tail, observations), {})
+            status, said = judge_hidden(test, tail, hidden, cell_timeout)
+            message = message if status == "passed" else said
         points = test.points if status == "passed" else 0.0
-        cell = CellGrade(test.grade_id, points, test.points, status, message or "", test.hidden)
-        cells.append(cell)
+        message = capped(message or "")
+        cells.append(CellGrade(test.grade_id, points, test.points, status, message, test.hidden))
     return cells
 
 
 def notebook_status(records, wall_timeout: bool, cells: list[CellGrade]) -> tuple[str, str]:
-    """(status, reason) of a submission that ran: ok, timeout, kernel_died or error."""
+    """(status, reason) of a submission that ran: ok, timeout, kernel_died or error.
+
+    Decided from the first run's ``records`` alone (a recovery run's change no status);
+    ``cells`` name the test cells that timed out."""
     if wall_timeout:
         return "timeout", "the notebook exceeded its wall-clock limit"
     if records is None:
         return "error", "nbval produced no results"
     timed_out = [c.grade_id for c in cells if c.status == "timeout"]
-    if timed_out or any(r["timed_out"] for r in records):
+    if any(r["timed_out"] for r in records):
         which = f" ({', '.join(timed_out)})" if timed_out else ""
         return "timeout", "a cell exceeded the per-cell timeout" + which
     died = [r for r in records if not r["kernel_alive"]]
+    if died and died[0].get("hidden_tests_of"):
+        return "kernel_died", f"the kernel died in the hidden tests of {died[0]['hidden_tests_of']}"
     if died:
         return "kernel_died", f"the kernel died in code cell {died[0]['code_index']}"
     return "ok", ""

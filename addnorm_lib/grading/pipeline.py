@@ -23,7 +23,11 @@ submission goes through the stages, one module each:
    host files, sockets or processes, no references), a cgroup for all its processes where the
    machine allows one, a memory cap, a per-cell timeout, a per-notebook wall-clock limit and a
    cap on what it prints. When grading several notebooks, kernels are forked, already warm,
-   from a process that has imported numpy and torch once, into each submission's sandbox;
+   from a process that has imported numpy and torch once, into each submission's sandbox.
+   A kernel that dies before the hidden tests (which run last) gets one *recovery run*: the
+   notebook again, in a fresh kernel of the same sandbox and limits, without the cell it died
+   in and those after it, for the hidden tests of the test cells that passed before; only those
+   hidden tests' records are taken from it;
 4. :mod:`~.judge` decides the points outside the kernel: the checks in a test cell only *record*
    what the student's code returned, and this process *judges* the records. Code in the notebook
    can make a test cell fail, but cannot make it pass;
@@ -38,18 +42,26 @@ submission goes through the stages, one module each:
 A cell or a notebook times out by the grader's own clock (``_nbval_grades``,
 ``_pytest_runner``), never by what the kernel printed or raised.
 
+Group limits (a cgroup per submission, :mod:`~.cgroups`) are needed to grade several
+notebooks, as the sandbox is: as root the grader makes them; as another user without cgroups it
+runs itself again in a delegated scope of its own where ``systemd-run --user --scope`` works;
+otherwise it stops and says how to get them, unless ``--no-group-limits`` is given (then the
+report and the summary say the run was unlimited). ``--no-sandbox`` implies no group limits:
+it needs no second flag. One notebook (a learner's own) grades without them, with a warning.
+
 Exit status 0 when every submission got a row, whatever the scores; 2 when the grader itself
 could not run.
 """
 
 import hashlib
 import os
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from addnorm_lib.grading import assemble, discover, execute, judge, report, sandbox
+from addnorm_lib.grading import assemble, cgroups, discover, execute, judge, report, sandbox
 from addnorm_lib.grading.judge import Grade
 from addnorm_lib.grading.settings import Settings, grading_digest, parse_command_line
 
@@ -84,7 +96,8 @@ def grade_submission(
 def run_stages(
     grade: Grade, path: Path, assignments: dict, settings: Settings, box: sandbox.Sandbox
 ) -> None:
-    """Fill in ``grade``: read the submission, assemble it, run it in the sandbox, judge it."""
+    """Fill in ``grade``: read the submission, assemble it, run it in the sandbox (once more,
+    for the hidden tests, if its kernel died before them: ``execute.recovered``), judge it."""
     raw = assemble.read_file(path, settings.notebook_mb)
     grade.sha256 = hashlib.sha256(raw).hexdigest()
     student = assemble.read_submission(raw)
@@ -92,8 +105,12 @@ def run_stages(
     grade.assignment, grade.max_total = assignment.name, assignment.max_total
     grade.source_sha256 = assignment.source_sha256
     graded, grade.notes = assemble.assemble(assignment, student)
-    with execute.executed(graded, box, settings) as run:
-        grade.cells = judge.judge(assignment, run.records, run.observations, settings.cell_timeout)
+    with (
+        execute.executed(graded, box, settings) as run,
+        execute.recovered(graded, run, box, settings) as again,
+    ):
+        timeout = settings.cell_timeout
+        grade.cells = judge.judge(assignment, run.records, run.observations, timeout, again)
     grade.status, grade.reason = judge.notebook_status(run.records, run.wall_timeout, grade.cells)
 
 
@@ -216,6 +233,46 @@ AS_ROOT = (
 )
 
 
+UNLIMITED = (
+    "grading several notebooks without group limits ({problem}): a submission's processes "
+    "together could fill memory, /dev/shm and the process table past their own caps and break "
+    "the notebooks graded alongside. Grade as root, or as a user whose `systemd-run --user "
+    "--scope` works (the grader then runs itself in a delegated cgroup scope), or pass "
+    "--no-group-limits to grade without them."
+)
+# What grades.json's group_limits and the summary say of a run with --no-group-limits.
+NO_GROUP_LIMITS = "unlimited: --no-group-limits was given"
+
+
+def run_in_scope(arguments: list[str]) -> int:
+    """Grade with ``arguments`` again, in a delegated scope of the grader's own; its exit status.
+
+    It runs in this process group: a ^C reaches it too, and this process waits for it to clean
+    up (its kernels, cgroups and folders) rather than kill it.
+    """
+    command, env = cgroups.scope_command(arguments), cgroups.scope_environment()
+    with subprocess.Popen(command, env=env) as process:
+        while True:
+            try:
+                return process.wait()
+            except KeyboardInterrupt:
+                continue
+
+
+def without_group_limits(group_problem: str, arguments: list[str]) -> int:
+    """A class to grade and no cgroup to make (``group_problem``): the exit status of the grader
+    run again with ``arguments`` in a delegated scope of its own where it can be (not as root,
+    which has the machine's cgroups or none; never twice); else 2, said in one line."""
+    reasons = [group_problem]
+    if os.geteuid() != 0 and not cgroups.in_grader_scope():
+        why_not = cgroups.systemd_run_problem()
+        if why_not is None:
+            return run_in_scope(arguments)
+        reasons.append(why_not)
+    fail(UNLIMITED.format(problem="; ".join(reasons)))
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line: grade, write the reports, print a summary; the exit status."""
     paths, settings = parse_command_line(argv)
@@ -230,6 +287,15 @@ def main(argv: list[str] | None = None) -> int:
     if problem and len(submissions) > 1 and not settings.no_sandbox:
         fail(UNPROTECTED.format(problem=problem))
         return 2
+    group_problem = None
+    if problem is None and len(submissions) > 1 and not settings.no_group_limits:
+        group_problem = cgroups.cgroup_problem()
+    if group_problem:
+        return without_group_limits(group_problem, sys.argv[1:] if argv is None else list(argv))
+    no_room = sandbox.room_problem(settings)
+    if no_room is not None:
+        fail(no_room)
+        return 2
     grades = {}
     if settings.resume:
         grades = unchanged_grades(outdir, submissions, assignments, settings, problem is None)
@@ -237,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     execute.start_pytest_server()  # these three start at once: each imports for a second or two
     judge.start_judge()
     with sandbox.open_sandbox(settings, warm=len(todo) > 1) as box:
+        if settings.no_group_limits and box.isolated:
+            box.group_problem = NO_GROUP_LIMITS  # before any kernel: none gets a cgroup
         if problem:
             warn(
                 f"no sandbox ({problem}): the notebook runs with your permissions and can read "
@@ -253,5 +321,6 @@ def main(argv: list[str] | None = None) -> int:
         (grade,) = grades.values()
         print(report.points_table(grade, report.feedback_path(outdir, grade.submission)))
     else:
-        print(report.summary(list(grades.values()), box.warm_kernels_forked, outdir))
+        forked = box.warm_kernels_forked
+        print(report.summary(list(grades.values()), forked, outdir, box.group_problem))
     return 0

@@ -264,11 +264,15 @@ def progress(done: int, total: int, grade: Grade) -> None:
     print(f"[{done}/{total}] {headline(grade, with_reason=False)}", file=sys.stderr)
 
 
-def summary(grades: list[Grade], warm_kernels: int, outdir: Path) -> str:
-    """The closing line of a batch: how many submissions, by status, and where the reports are."""
+def summary(
+    grades: list[Grade], warm_kernels: int, outdir: Path, group_problem: str | None = None
+) -> str:
+    """The closing line of a batch: how many submissions, by status, whether the kernels had no
+    group limits (``group_problem``: why), and where the reports are."""
     counts = {status: sum(g.status == status for g in grades) for status in STATUSES}
     by_status = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
+    limits = "" if group_problem is None else f"no group limits ({printable(group_problem)}); "
     return (
         f"graded {len(grades)} submissions: {by_status}; {warm_kernels} warm kernels; "
-        f"reports in {printable(str(outdir))}"
+        f"{limits}reports in {printable(str(outdir))}"
     )

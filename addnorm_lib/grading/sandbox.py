@@ -24,24 +24,64 @@ memory, process count and CPU share. Every process still has its own limits
 Where bubblewrap cannot build the sandbox (or with ``--no-sandbox``), kernels run with those
 limits only, and the grader says so: it refuses to grade other people's notebooks that way
 unless told to (see :mod:`~.pipeline`).
+
+The exchange is the one folder a kernel can fill that the grader reads and that other
+submissions' folders share a file system with. Each sandboxed submission may keep
+``--exchange-mb`` in it (:class:`ExchangeRules`), and a kernel that fills its share fails alone:
+
+- *hard, where the grader can mount* (root with the capability, :func:`tmpfs_problem`): each
+  submission's folder is a tmpfs of its own, of that share plus room for the grader's own files
+  (the private folder: the graded notebook, its records). A kernel that fills it gets ENOSPC, and
+  no other submission notices: /dev/shm's size does not matter. (One tmpfs for the whole
+  submission, not for the exchange alone: the grader hard-links the kernel's sockets from the
+  exchange into the private folder, which only works within one file system.)
+- *best-effort, elsewhere*: the run folder goes where its file system has room for every
+  parallel submission's share plus what a kernel can write before it is stopped
+  (:func:`run_folder_base`: /dev/shm, else a folder on disk; else the grader stops and says
+  what to do), and a watcher (:class:`ExchangeWatcher`) walks each running submission's exchange
+  every ``WATCH_SECONDS``. Its reaction is not instant: a kernel writes on until the next walk
+  (about 250 MiB per core in 0.1 s, measured), which the room check counts in
+  (``WATCH_MARGIN_MB`` per core of the machine); a writer faster than that could still fill
+  the file system before it is stopped.
+
+In both, the watcher stops a kernel that keeps more than its share in its exchange (files it
+removed but holds open count: :func:`removed_open_bytes`), or a tree deeper than
+``EXCHANGE_DEPTH``, or anything the grader cannot read: it kills the kernel (its
+cgroup, else its processes), and the submission gets ``error`` with a reason that says so
+(:class:`ExchangeOverflow`). Without the sandbox nothing is capped: such a kernel can write
+anywhere the instructor can.
+
+Whatever a kernel leaves behind, unreadable folders included, goes with its submission's folder
+(:func:`remove_tree`).
 """
 
 import contextlib
+import ctypes
+import errno
+import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 from addnorm_lib.checks import _record as record
 from addnorm_lib.grading import _launch, _warm_kernels, bubblewrap, cgroups, seccomp_filter
-from addnorm_lib.grading._pytest_runner import THREAD_VARIABLES, short_temp_base, single_threaded
+from addnorm_lib.grading._pytest_runner import (
+    THREAD_VARIABLES,
+    kill_marked,
+    short_temp_base,
+    single_threaded,
+)
 from addnorm_lib.grading.settings import COURSE_ROOT, Settings
 
 KERNEL_NAME = "addnorm-graded"
@@ -90,7 +130,7 @@ class SubmissionFolders:
         return self.private / "grades.json"
 
     def make(self) -> None:
-        """Create the folders: the private one for the grader alone."""
+        """Create the folders (``workdir`` exists): the private one for the grader alone."""
         self.private.mkdir(mode=0o700)
         self.observations.mkdir(parents=True)
         self.home.mkdir()
@@ -178,6 +218,255 @@ def write_kernelspec(folder: Path, argv: list[str]) -> None:
     (spec / "kernel.json").write_text(json.dumps(spec_data))
 
 
+# ----------------------------------------------------------------------------------------------
+# The exchange's share: each submission's tmpfs (hard), the watcher (best-effort), the room check
+
+WATCH_SECONDS = 0.1  # how often the watcher walks each running submission's exchange
+# What kernels can write past their shares before the watcher stops them, per core of the
+# machine, with room to spare: one process writing 1 MiB files wrote 170-250 MiB in the watcher's
+# reaction time (about 2 GB/s, measured on the course's 2-core machine, in /dev/shm and on disk).
+WATCH_MARGIN_MB = 512
+ENTRIES_PER_MB = 64  # a share of N MiB holds at most 64 N files, folders and sockets
+EXCHANGE_DEPTH = 16  # levels of folders in an exchange (the checks' records use two)
+PRIVATE_ENTRIES = 1024  # the grader's own files in a submission's tmpfs (about twenty)
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+MNT_DETACH, UMOUNT_NOFOLLOW = 2, 8
+
+
+class ExchangeOverflow(Exception):
+    """A kernel broke its exchange's rules and was stopped: its submission gets ``error``."""
+
+
+class NoRoom(Exception):
+    """No file system for the run folder has room for every parallel submission's share."""
+
+
+@dataclass(frozen=True)
+class ExchangeRules:
+    """What one submission may keep in its exchange."""
+
+    max_bytes: int
+    max_entries: int  # files, folders and sockets
+    max_depth: int = EXCHANGE_DEPTH
+
+
+def exchange_rules(settings: Settings) -> ExchangeRules:
+    """One submission's share: ``--exchange-mb``, and ``ENTRIES_PER_MB`` entries per MiB."""
+    return ExchangeRules(settings.exchange_mb * 2**20, settings.exchange_mb * ENTRIES_PER_MB)
+
+
+def private_mb(settings: Settings) -> int:
+    """Room for the grader's own files of one submission: the graded notebook, its records."""
+    return 2 * (settings.notebook_mb + settings.output_mb)
+
+
+def exchange_breach(folder: Path, rules: ExchangeRules, removed: int = 0) -> str | None:
+    """What in ``folder`` breaks ``rules`` ("more than 64 MiB", ...), or None; ``removed``
+    bytes (:func:`removed_open_bytes`) count as the folder's.
+
+    A walk by descriptors (``os.fwalk``) that follows no link, wherever the kernel puts one,
+    and stops at the first breach: it never reads more entries than the rules allow. What it
+    cannot read (a folder of mode 000, for a grader that is not root) is a breach: the kernel
+    could hide anything there.
+    """
+    used, entries, unreadable = removed, 0, []
+    top = len(Path(folder).parts)
+    walk = os.fwalk(folder, onerror=unreadable.append, follow_symlinks=False)
+    with contextlib.closing(walk), contextlib.suppress(FileNotFoundError):  # removed: nothing in it
+        for where, folders, files, descriptor in walk:
+            if any(isinstance(err, PermissionError) for err in unreadable):
+                return "a folder that the grader cannot read"
+            if folders and len(Path(where).parts) - top + 1 > rules.max_depth:
+                return f"folders more than {rules.max_depth} levels deep"
+            for name in folders + files:
+                entries += 1
+                try:
+                    info = os.stat(name, dir_fd=descriptor, follow_symlinks=False)
+                except FileNotFoundError:  # removed since it was listed
+                    continue
+                except PermissionError:
+                    return "a file that the grader cannot read"
+                used += info.st_blocks * 512
+            if used > rules.max_bytes:
+                return f"more than {rules.max_bytes // 2**20} MiB"
+            if entries > rules.max_entries:
+                return f"more than {rules.max_entries} files and folders"
+    if any(isinstance(err, PermissionError) for err in unreadable):
+        return "a folder that the grader cannot read"
+    return None
+
+
+def removed_open_bytes(pids: Iterable[int], device: int) -> int:
+    """Bytes of the regular files on ``device`` that processes ``pids`` hold open after they
+    were removed: a kernel can write on into a file it removed from its exchange, where no walk
+    sees it (``lsof +L1``'s way: each open descriptor's link count)."""
+    total, seen = 0, set()
+    for pid in pids:
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:  # gone, or not ours to read
+            continue
+        for descriptor in descriptors:
+            try:
+                info = os.stat(f"/proc/{pid}/fd/{descriptor}")
+            except OSError:
+                continue
+            key = (info.st_dev, info.st_ino)
+            if info.st_dev == device and info.st_nlink == 0 and key not in seen:
+                seen.add(key)
+                total += info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0
+    return total
+
+
+def pid_namespace(pid: int | str) -> str | None:
+    """The PID namespace of process ``pid`` ("pid:[4026531836]"), or None if it cannot be read."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def marked_pids(value: str) -> set[int]:
+    """The processes whose environment has ``RUN_MARKER=value``."""
+    found = set()
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):  # gone, or not ours to read
+            if process.environ().get(RUN_MARKER) == value:
+                found.add(process.pid)
+    return found
+
+
+@dataclass
+class SubmissionProcesses:
+    """A submission's processes where it has no cgroup: those marked with its folder (the
+    launcher, bubblewrap) and every process in the PID namespaces of their children (the
+    sandbox's, warm kernels included), found at the first call that sees them."""
+
+    workdir: Path
+    marked: set[int] = field(default_factory=set)
+    namespaces: set[str] = field(default_factory=set)
+
+    def __call__(self) -> set[int]:
+        """The submission's processes now."""
+        if not self.namespaces:
+            self.marked = marked_pids(str(self.workdir))
+            own = pid_namespace("self")
+            for pid in self.marked:
+                with contextlib.suppress(psutil.Error):
+                    for child in psutil.Process(pid).children(recursive=True):
+                        self.namespaces.add(pid_namespace(child.pid))
+            self.namespaces -= {own, None}
+        inside = {int(n) for n in os.listdir("/proc") if n.isdigit()} if self.namespaces else ()
+        return self.marked | {pid for pid in inside if pid_namespace(pid) in self.namespaces}
+
+
+class ExchangeWatcher:
+    """Walks one running submission's exchange every ``WATCH_SECONDS`` in a thread, counting
+    the files its ``processes`` removed but hold open; at the first breach of its rules, calls
+    ``stop`` (which kills the kernel) and keeps the breach.
+
+    Best-effort: a kernel writes on until the next walk. Where each submission has a tmpfs of
+    its own, the tmpfs is the hard cap and the watcher only says why the kernel failed.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        rules: ExchangeRules,
+        stop: Callable[[], None],
+        processes: Callable[[], Iterable[int]] = set,
+    ):
+        self.folder, self.rules, self.stop, self.processes = folder, rules, stop, processes
+        self.device = folder.stat().st_dev
+        self.breach: str | None = None
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.watch, name="exchange-watcher", daemon=True)
+        self.thread.start()
+
+    def measure(self) -> str | None:
+        """The exchange's breach now, or None."""
+        removed = removed_open_bytes(self.processes(), self.device)
+        return exchange_breach(self.folder, self.rules, removed)
+
+    def watch(self) -> None:
+        """Walk until closed; at each walk that finds a breach, stop the kernel (again, should
+        anything start one anew), keeping the first breach."""
+        while not self.stopped.wait(WATCH_SECONDS):
+            breach = self.measure()
+            if breach is not None:
+                self.breach = self.breach or breach
+                self.stop()
+
+    def close(self) -> str | None:
+        """Stop watching, after one last walk (a kernel that wrote its last just before it was
+        shut down); the breach, or None."""
+        self.stopped.set()
+        self.thread.join()
+        if self.breach is None:
+            self.breach = exchange_breach(self.folder, self.rules)
+        return self.breach
+
+
+def overflow_message(breach: str, settings: Settings) -> str:
+    """The reason in a submission's row: what its kernel did, in one line."""
+    return (
+        f"the kernel wrote {breach} into the grader's exchange folder (its share: "
+        f"{settings.exchange_mb} MiB, --exchange-mb) and was stopped"
+    )
+
+
+def stop_kernel(cgroup: cgroups.Cgroup | None, folders: SubmissionFolders) -> None:
+    """Kill a submission's kernel: its cgroup's processes, and its processes marked with its
+    folder (the launcher, bubblewrap: the sandbox dies with them)."""
+    if cgroup is not None:
+        cgroup.remove()
+    kill_marked(RUN_MARKER, str(folders.workdir))
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def mount_tmpfs(folder: Path, size: int, inodes: int) -> None:
+    """Mount a tmpfs of ``size`` bytes and ``inodes`` entries on ``folder``, the caller's own,
+    mode 0700 (needs root's CAP_SYS_ADMIN); raises OSError if it cannot."""
+    options = f"size={size},nr_inodes={inodes},mode=0700,uid={os.getuid()},gid={os.getgid()}"
+    flags = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    libc = _libc()
+    if libc.mount(b"addnorm-submission", bytes(folder), b"tmpfs", flags, options.encode()):
+        code = ctypes.get_errno()
+        raise OSError(code, f"cannot mount a tmpfs on {folder}: {os.strerror(code)}")
+
+
+def unmount(folder: Path) -> None:
+    """Unmount what is mounted on ``folder``, lazily if it is busy (the mount goes when the last
+    file in it is closed); nothing if nothing is."""
+    libc = _libc()
+    for flags in (UMOUNT_NOFOLLOW, UMOUNT_NOFOLLOW | MNT_DETACH):
+        if libc.umount2(bytes(folder), flags) == 0:
+            return
+        code = ctypes.get_errno()
+        if code == errno.EINVAL:  # not a mount point
+            return
+        if code != errno.EBUSY:
+            break
+    raise OSError(code, f"cannot unmount {folder}: {os.strerror(code)}")
+
+
+@functools.cache
+def tmpfs_problem() -> str | None:
+    """Why each submission cannot have a tmpfs of its own here, or None (probed once)."""
+    if os.geteuid() != 0:
+        return "not root"
+    with tempfile.TemporaryDirectory(prefix="addnorm-tmpfs-probe-") as folder:
+        try:
+            mount_tmpfs(Path(folder), 2**20, 64)
+        except OSError as err:
+            return f"cannot mount a tmpfs: {err.strerror}"
+        unmount(Path(folder))
+    return None
+
+
 @dataclass
 class Sandbox:
     """Where one grading run's kernels run, as the executor sees it."""
@@ -187,6 +476,7 @@ class Sandbox:
     problem: str | None  # why kernels run without the sandbox; None when they run in it
     group_problem: str | None  # why there are no group limits; None when there are
     seccomp: Path | None = None  # the kernels' seccomp filter (BPF; written at the first kernel)
+    tmpfs: bool = False  # each submission's folder is a tmpfs of its own (the hard cap)
     # the socket of the zygote that warm kernels are forked from, once it is ready (None: none)
     zygote_ready: Future | None = None
     warm_kernels_forked: int = 0  # set when the sandbox closes
@@ -201,12 +491,28 @@ class Sandbox:
         """Whether kernels run in the sandbox, where the references and the host do not exist."""
         return self.problem is None
 
+    @property
+    def exchange_cap(self) -> str:
+        """How each exchange's share is kept: ``tmpfs`` (hard), ``watched`` (best-effort), or
+        ``none`` (no sandbox: a kernel can write anywhere anyway)."""
+        if not self.isolated:
+            return "none"
+        return "tmpfs" if self.tmpfs else "watched"
+
     def describe(self) -> dict:
         """How kernels were confined, for grades.json and the summary."""
         groups = "cgroup" if self.group_problem is None else f"none: {self.group_problem}"
+        share = f"{self.settings.exchange_mb} MiB per submission"
+        exchange = {
+            "tmpfs": f"{share}: a tmpfs of its own, and watched",
+            "watched": f"{share}: watched every {WATCH_SECONDS} s (best-effort)",
+            "none": f"none: {self.problem}",
+        }[self.exchange_cap]
         return {
             "sandbox": "bubblewrap" if self.isolated else f"none: {self.problem}",
+            "seccomp": "filter (seccomp_filter)" if self.isolated else f"none: {self.problem}",
             "group_limits": groups,
+            "exchange": exchange,
         }
 
     def pytest_environment(self, folders: SubmissionFolders) -> dict:
@@ -221,12 +527,32 @@ class Sandbox:
         return env
 
     @contextlib.contextmanager
+    def submission(self) -> Iterator[SubmissionFolders]:
+        """A new submission's folders in the run folder, removed at exit. With ``tmpfs``, they
+        are a tmpfs of their own: the exchange's share and the grader's room
+        (:func:`private_mb`), unmounted at exit."""
+        with temporary_folder("submission-", self.run_folder) as workdir:
+            if self.tmpfs:
+                size = (self.settings.exchange_mb + private_mb(self.settings)) * 2**20
+                entries = exchange_rules(self.settings).max_entries + PRIVATE_ENTRIES
+                mount_tmpfs(workdir, size, entries)
+            try:
+                folders = SubmissionFolders(workdir)
+                folders.make()
+                yield folders
+            finally:
+                if self.tmpfs:
+                    unmount(workdir)
+
+    @contextlib.contextmanager
     def kernel(self, folders: SubmissionFolders) -> Iterator[str]:
         """Install one submission's kernelspec (and make its cgroup); yields the kernel's name.
+        A sandboxed kernel's exchange is watched (:class:`ExchangeWatcher`) while it runs.
 
-        At exit the cgroup goes, with any process still in it.
+        At exit the cgroup goes, with any process still in it; then, if the kernel broke its
+        exchange's rules, :class:`ExchangeOverflow` is raised.
         """
-        cgroup = None
+        cgroup, watcher = None, None
         if self.isolated and self.group_problem is None:
             layout = cgroups.find_layout()
             cgroup = cgroups.create_cgroup(layout, group_limits(self.settings))
@@ -236,13 +562,20 @@ class Sandbox:
                     self.seccomp = seccomp_filter.write_filter(self.run_folder / SECCOMP_FILE)
                 procs = cgroup.procs_files if cgroup else []
                 argv = sandboxed_argv(self.settings, folders, procs, self.seccomp, self.zygote)
+                rules = exchange_rules(self.settings)
+                stop = functools.partial(stop_kernel, cgroup, folders)
+                processes = cgroup.pids if cgroup else SubmissionProcesses(folders.workdir)
+                watcher = ExchangeWatcher(folders.exchange, rules, stop, processes)
             else:
                 argv = launched(folders, [], [*KERNEL_COMMAND, "-f", "{connection_file}"])
             write_kernelspec(folders.private, argv)
             yield KERNEL_NAME
         finally:
+            breach = watcher.close() if watcher is not None else None
             if cgroup is not None:
                 cgroup.remove()
+        if breach is not None:
+            raise ExchangeOverflow(overflow_message(breach, self.settings))
 
 
 def sandbox_problem(settings: Settings) -> str | None:
@@ -305,16 +638,25 @@ def remove_tree(path: Path) -> None:
     """Remove a folder that kernels wrote in, however they filled it.
 
     ``shutil.rmtree`` recurses once per level: a folder a few thousand levels deep (a kernel can
-    make one) raises RecursionError half-way. Then ``rm -rf``, which does not recurse on the stack
-    (and, like rmtree, never follows a link), removes the rest.
+    make one) raises RecursionError half-way; and a folder a kernel made unreadable or
+    unwritable (mode 000, 0100, 0200) stops it where the grader is not root (the kernel's files
+    are the grader's user's: the permissions apply). Then ``chmod -R u+rwx`` gives the owner its
+    rights back, and ``rm -rf`` removes the rest: neither recurses on the stack, neither follows
+    a link met on the way (GNU coreutils: chmod ignores them, rm removes the link), and ``path``
+    itself, the grader's own folder, is never a link. What cannot be removed is said on stderr.
     """
     try:
         shutil.rmtree(path)
     except FileNotFoundError:
         return
     except (OSError, RecursionError):
-        command = ["rm", "-rf", "--one-file-system", "--", str(path)]
-        subprocess.run(command, capture_output=True, check=False)
+        if Path(path).is_symlink():  # not the grader's folder: remove the link, follow nothing
+            Path(path).unlink()
+            return
+        for command in (["chmod", "-R", "u+rwx"], ["rm", "-rf", "--one-file-system"]):
+            subprocess.run([*command, "--", str(path)], capture_output=True, check=False)
+    if os.path.lexists(path):
+        print(f"warning: could not remove {path}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -330,13 +672,61 @@ def temporary_folder(prefix: str, base: str | Path | None) -> Iterator[Path]:
 SHARED_MEMORY = Path("/dev/shm")
 
 
-def run_folder_base() -> str | None:
-    """Where grading runs make their folder: in memory (/dev/shm) where it can, so that what a
-    kernel writes into its exchange counts against its cgroup's memory cap like its home does
-    (a file on disk would not); else a short folder (sockets live in it); else TMPDIR."""
-    if SHARED_MEMORY.is_dir() and os.access(SHARED_MEMORY, os.W_OK | os.X_OK):
+def needed_room(settings: Settings, exchange_cap: str) -> int:
+    """Bytes the run folder's file system must have free for ``--jobs`` submissions at once:
+    unless each submission has a tmpfs of its own, each one's private files
+    (:func:`private_mb`) and its exchange's share; plus, where watchers keep the shares, what
+    kernels can write before they are stopped: ``WATCH_MARGIN_MB`` for each core of the machine
+    (one kernel alone may use them all where it has no cgroup, several share them). A job
+    holds two submissions' folders while a kernel that died is run again for its hidden tests
+    (``execute.recovered``): its first run's folders stay until both are judged."""
+    per_job = 0 if exchange_cap == "tmpfs" else 2 * (settings.exchange_mb + private_mb(settings))
+    margin = WATCH_MARGIN_MB * (os.cpu_count() or 1) if exchange_cap == "watched" else 0
+    return (settings.jobs * per_job + margin) * 2**20
+
+
+def free_bytes(folder: str | Path) -> int:
+    """The bytes an unprivileged user may still write on ``folder``'s file system."""
+    status = os.statvfs(folder)
+    return status.f_bavail * status.f_frsize
+
+
+def run_folder_base(needed: int = 0) -> str | None:
+    """Where grading runs make their folder: in memory (/dev/shm) where it can and it has
+    ``needed`` bytes free, so that what a kernel writes into its exchange counts against its
+    cgroup's memory cap like its home does (a file on disk would not); else a short folder
+    (sockets live in it), else TMPDIR, if it has them; else raises :class:`NoRoom`."""
+    usable = SHARED_MEMORY.is_dir() and os.access(SHARED_MEMORY, os.W_OK | os.X_OK)
+    if usable and free_bytes(SHARED_MEMORY) >= needed:
         return str(SHARED_MEMORY)
-    return short_temp_base()
+    base = short_temp_base()
+    if free_bytes(base or tempfile.gettempdir()) >= needed:
+        return base
+    where = [str(SHARED_MEMORY)] if SHARED_MEMORY.is_dir() else []
+    where.append(base or tempfile.gettempdir())
+    free = ", ".join(f"{w} has {free_bytes(w) // 2**20} MiB" for w in where)
+    raise NoRoom(
+        f"no room for the grading run's folder: it needs {needed // 2**20} MiB free for the "
+        f"parallel submissions' exchange folders, and {free}; free some space, or grade with "
+        "fewer --jobs or a smaller --exchange-mb"
+    )
+
+
+def exchange_cap_of(settings: Settings) -> str:
+    """How a run with these settings will keep each exchange's share (``Sandbox.exchange_cap``)."""
+    if sandbox_problem(settings) is not None:
+        return "none"
+    return "tmpfs" if tmpfs_problem() is None else "watched"
+
+
+def room_problem(settings: Settings) -> str | None:
+    """Why a grading run with these settings has no room for its folder, or None: one line
+    that says what to do (for the command line, before it starts)."""
+    try:
+        run_folder_base(needed_room(settings, exchange_cap_of(settings)))
+    except NoRoom as err:
+        return str(err)
+    return None
 
 
 @contextlib.contextmanager
@@ -348,9 +738,11 @@ def open_sandbox(settings: Settings, warm: bool = False) -> Iterator[Sandbox]:
     """
     problem = sandbox_problem(settings)
     group_problem = cgroups.cgroup_problem() if problem is None else "no sandbox"
-    with temporary_folder("addnorm-grading-", run_folder_base()) as folder:
+    cap = exchange_cap_of(settings)
+    base = run_folder_base(needed_room(settings, cap))
+    with temporary_folder("addnorm-grading-", base) as folder:
         seccomp = None if problem else seccomp_filter.write_filter(folder / SECCOMP_FILE)
-        box = Sandbox(settings, folder, problem, group_problem, seccomp)
+        box = Sandbox(settings, folder, problem, group_problem, seccomp, tmpfs=cap == "tmpfs")
         if not (warm and box.isolated):
             yield box
             return

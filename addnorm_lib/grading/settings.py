@@ -10,6 +10,7 @@ when that digest is unchanged.
 """
 
 import argparse
+import functools
 import hashlib
 import json
 import math
@@ -39,6 +40,14 @@ class Settings:
     memory_mb: int = field(default=2048, metadata=flag("memory cap of each kernel, in MiB"))
     file_mb: int = field(default=64, metadata=flag("largest file a kernel may write, in MiB"))
     notebook_mb: int = field(default=16, metadata=flag("largest notebook file read, in MiB"))
+    exchange_mb: int = field(
+        default=64,
+        metadata=flag(
+            "what one kernel may keep in the folder it shares with the grader (its connection "
+            "file, sockets and the checks' records: well under 1 MiB for the course's notebooks), "
+            "in MiB; a kernel that writes more is stopped"
+        ),
+    )
     output_mb: int = field(
         default=32, metadata=flag("output kept of a notebook (all cells), in MiB; more is dropped")
     )
@@ -56,6 +65,13 @@ class Settings:
             "several notebooks where the sandbox cannot be built"
         ),
     )
+    no_group_limits: bool = field(
+        default=False,
+        metadata=flag(
+            "run kernels without a cgroup each (a submission's processes then share no memory, "
+            "process or CPU cap); needed to grade several notebooks where no cgroup can be made"
+        ),
+    )
     assignment: str = field(
         default="",
         metadata=flag(
@@ -71,15 +87,33 @@ class Settings:
 NO_GRADE_CHANGE = ("source", "out", "jobs", "resume")
 
 
+# The code that decides grades: the grader, the checks and the references they judge against.
+GRADING_CODE = ("addnorm_lib/grading", "addnorm_lib/checks", "addnorm_lib/reference")
+
+
+@functools.cache
+def code_digest(root: Path = COURSE_ROOT) -> str:
+    """A digest (SHA-256, hexadecimal) of the Python files of :data:`GRADING_CODE` under
+    ``root``: a grade decided by other code (an older grader) is not kept by ``--resume``."""
+    digest = hashlib.sha256()
+    for folder in GRADING_CODE:
+        for path in sorted((root / folder).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
 def grading_digest(settings: Settings, isolated: bool) -> str:
     """A digest (SHA-256, hexadecimal) of what besides the notebooks decides a grade: every
-    setting but those of :data:`NO_GRADE_CHANGE`, and whether kernels run in the sandbox."""
+    setting but those of :data:`NO_GRADE_CHANGE`, whether kernels run in the sandbox, and the
+    grading code (:func:`code_digest`)."""
     chosen = {
         option.name: str(getattr(settings, option.name))
         for option in fields(Settings)
         if option.name not in NO_GRADE_CHANGE
     }
     chosen["isolated"] = str(isolated)
+    chosen["code"] = code_digest()
     return hashlib.sha256(json.dumps(chosen, sort_keys=True).encode()).hexdigest()
 
 

@@ -9,8 +9,9 @@ import os
 import nbformat
 import pytest
 
+from addnorm_lib.authoring import release
 from addnorm_lib.grading import assemble
-from tests.conftest import EXERCISES, ROOT, SOLUTIONS
+from tests.conftest import EXERCISES, ROOT, SOLUTIONS, run_python
 from tests.grading.conftest import FORWARD, LAYER_NORM_CELL, SOLUTION, answer_cell, solution_with
 from tests.inprocess import grade_in_process
 
@@ -37,7 +38,8 @@ def test_calls_on_other_objects_are_not_checks():
 def test_checks_called_by_a_test_cell_are_found():
     assignment = assemble.load_assignment(SOLUTION)
     forward = next(t for t in assignment.tests if t.grade_id == FORWARD)
-    assert forward.checks == (("check_layer_norm", 0), ("check_layer_norm", 2024))
+    assert forward.checks == (("check_layer_norm", 0),)
+    assert forward.hidden_checks == (("check_layer_norm", 2024),)
     assert forward.hidden
 
 
@@ -123,7 +125,95 @@ def test_only_answer_cells_come_from_the_student(assignment):
     assert notes == []
     graded_answer = answer_cell(graded, "layer_norm").source
     assert graded_answer.strip() == "def layer_norm(x, g, b, eps=1e-5): ..."
-    assert "checks.check_layer_norm(layer_norm, seed=2024)" in answer_cell(graded, FORWARD).source
+    assert answer_cell(graded, FORWARD).source == "checks.check_layer_norm(layer_norm)"
+    (tail,) = hidden_tail_cells(graded, FORWARD)
+    assert "checks.check_layer_norm(layer_norm, seed=2024)" in tail.source
+
+
+def hidden_tail_cells(nb, grade_id: str) -> list:
+    """The hidden tail cells of the test cell ``grade_id``."""
+    return [
+        cell
+        for cell in nb.cells
+        if cell.metadata.get("addnorm", {}).get(assemble.HIDDEN_OF) == grade_id
+    ]
+
+
+def test_hidden_tests_run_last_each_in_a_cell_of_its_own(assignment):
+    """Every hidden block leaves its test cell for a tail cell after every other cell, in the
+    order of the test cells: the kernel sees no hidden line before the last visible cell ran."""
+    cells = assignment.graded_base.cells
+    tails = [t.hidden_index for t in assignment.tests]
+    assert tails == list(range(len(cells) - len(tails), len(cells)))
+    for test in assignment.tests:
+        assert release.HIDDEN_BEGIN not in cells[test.index].source
+        tail = cells[test.hidden_index]
+        assert tail.metadata["addnorm"][assemble.HIDDEN_OF] == test.grade_id
+        assert assemble.checks_called(tail.source, "tail") == test.hidden_checks
+        assert not tail.metadata.get("nbgrader")  # not a cell that nbgrader or the student knows
+    seal = cells[-1].metadata["addnorm"][assemble.SEAL]  # the visible checks' records
+    assert seal == sorted(f"{n}-seed{s}.npz" for t in assignment.tests for n, s in t.checks)
+    nbformat.validate(assignment.graded_base)
+
+
+def hidden_notebook(*hidden: str) -> nbformat.NotebookNode:
+    """A small instructor's notebook: one test cell per hidden block given."""
+    nb = nbformat.v4.new_notebook()
+    for number, block in enumerate(hidden):
+        source = f"checks.check_layer_norm(layer_norm)\n{release.HIDDEN_BEGIN}\n{block}\n"
+        source += release.HIDDEN_END
+        cell = nbformat.v4.new_code_cell(source)
+        cell.metadata["nbgrader"] = {"grade": True, "grade_id": f"test_{number}", "points": 1}
+        nb.cells.append(cell)
+    return nb
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        "checks.check_layer_norm(layer_norm, seed=2024)",
+        "# a comment\n\nchecks.check_layer_norm(layer_norm, seed=7)\n"
+        "checks.check_layer_norm_module(LayerNorm, seed=8)",
+    ],
+)
+def test_hidden_blocks_of_check_calls_only_are_accepted(block):
+    assert assemble.hidden_blocks_problem(hidden_notebook(block), "nb.ipynb") is None
+
+
+@pytest.mark.parametrize(
+    ("block", "line", "problem"),
+    [
+        ("assert layer_norm(1, 2, 3) == 4", 3, "an assert, not a check call"),
+        ("checks.check_layer_norm(layer_norm, seed=1)\nx = 3", 4, "an assignment"),
+        ("import numpy", 3, "an import"),
+        ("print(2024)", 3, "something other than checks"),
+        ("checks.check_nothing(layer_norm, seed=1)", 3, "check_nothing has no judge"),
+        ("checks.check_layer_norm(layer_norm)", 3, "must get seed=<int>"),
+        ("checks.check_layer_norm(layer_norm, seed=1, atol=2)", 3, "must get seed=<int>"),
+        ("checks.check_layer_norm(layer_norm, seed=True)", 3, "a whole number"),
+        ("checks.check_layer_norm(layer_norm, seed=2 * 3)", 3, "a whole number"),
+        ("checks.check_layer_norm(lambda x: x, seed=1)", 3, "by its name"),
+        ("checks.check_layer_norm(layer_norm, seed=1))", 3, "does not parse"),
+    ],
+)
+def test_anything_but_a_check_call_in_a_hidden_block_is_named_with_its_line(block, line, problem):
+    nb = hidden_notebook("checks.check_layer_norm(layer_norm, seed=1)", block)
+    found = assemble.hidden_blocks_problem(nb, "nb.ipynb")
+    assert found.startswith(f"nb.ipynb, test cell 'test_1', line {line}: "), found
+    assert problem in found and "judged outside the kernel" in found
+
+
+def test_the_course_hidden_blocks_call_checks_only():
+    for path in SOLUTIONS:
+        nb = nbformat.read(path, as_version=4)
+        assert assemble.hidden_blocks_problem(nb, path.name) is None
+
+
+def test_notes_are_capped_in_length_and_number():
+    notes = assemble.capped_notes(["x" * 600] + ["short"] * 20)
+    assert len(notes) == assemble.NOTES_LIMIT + 1
+    assert notes[0] == "x" * 500 + "... (100 more characters)"
+    assert notes[-1] == "... and 11 more notes like these"
 
 
 def written_in_a_new_cell(after: str) -> nbformat.NotebookNode:
@@ -340,3 +430,23 @@ def test_a_file_over_the_size_limit_is_not_read(tmp_path):
         "the file is 52.0 MiB, over the limit of 16 MiB (--notebook-mb): not read",
     )
     assert len(assemble.read_file(path, limit_mb=52)) == 52 * 2**20  # at the limit: read
+
+
+def test_an_instructor_notebook_with_an_assert_in_a_hidden_block_is_refused_at_load(tmp_path):
+    """The grader stops before any kernel runs, with one line naming the notebook, the test cell
+    and the line: a point must not depend on an assert that only the kernel runs."""
+    solution = nbformat.read(SOLUTION, as_version=4)
+    test = next(c for c in solution.cells if release.HIDDEN_BEGIN in c.source)
+    test.source = test.source.replace(
+        release.HIDDEN_BEGIN, f"{release.HIDDEN_BEGIN}\nassert layer_norm is not None"
+    )
+    source = tmp_path / "source"
+    source.mkdir()
+    nbformat.write(solution, source / SOLUTION.name)
+    with pytest.raises(ValueError, match=r"layernorm.ipynb, test cell '\w+', line \d+: an assert"):
+        assemble.load_assignments(source)
+    completed = run_python(
+        "-m", "addnorm_lib.grading", SOLUTION, "--source", source, "--out", tmp_path / "out"
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.count("\n") == 1 and "an assert, not a check call" in completed.stderr

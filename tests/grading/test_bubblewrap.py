@@ -11,6 +11,7 @@ same attacks from a graded notebook, test_warm_kernels.py from a warm kernel.
 """
 
 import ctypes
+import dataclasses
 import json
 import socket
 import subprocess
@@ -429,3 +430,44 @@ def test_the_launcher_gives_the_kernel_a_new_empty_session_keyring(tmp_path):
         assert completed.returncode == 0, completed.stderr[-2000:]
         outputs[name] = completed.stdout.strip()
     assert outputs == {"inherited": "found", "launched": "not found"}
+
+
+# ----------------------------------------------------------------------------------------------
+# The sandbox's /tmp and /dev/shm: tmpfs of capped size
+FILL = """
+import errno, json, sys
+written = {}
+for folder in ("/tmp", "/dev/shm"):
+    try:
+        with open(folder + "/fill", "wb") as file:
+            for _ in range(int(sys.argv[1])):
+                file.write(b"x" * 2**20)
+                file.flush()
+        written[folder] = "wrote all"
+    except OSError as err:
+        written[folder] = errno.errorcode.get(err.errno, str(err))
+print(json.dumps(written))
+"""
+
+
+def test_tmp_and_shared_memory_are_tmpfs_of_capped_size(tmp_path):
+    argv = bubblewrap_argv(whitelist(tmp_path), ["python"], {})
+    for folder, size_mb in (("/tmp", bubblewrap.TMP_MB), ("/dev/shm", bubblewrap.SHM_MB)):
+        mounted = argv.index(folder)
+        assert argv[mounted - 3 : mounted] == ["--size", str(size_mb * 2**20), "--tmpfs"]
+
+
+@NEEDS_BWRAP
+@pytest.mark.parametrize("capped", [True, False])
+def test_writing_past_the_cap_of_tmp_or_shared_memory_fails_inside(tmp_path, capped):
+    """A kernel that fills /tmp or /dev/shm gets ENOSPC at the cap; uncapped, each takes as much
+    of the machine's memory as it writes (half of it, by the kernel's default)."""
+    sizes = {} if capped else {"tmp_mb": None, "shm_mb": None}
+    box = dataclasses.replace(whitelist(tmp_path), **sizes)
+    box.exchange.mkdir()
+    megabytes = max(bubblewrap.TMP_MB, bubblewrap.SHM_MB) + 8
+    argv = bubblewrap_argv(box, [sys.executable, "-I", "-S", "-c", FILL, str(megabytes)], {})
+    completed = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    expected = "ENOSPC" if capped else "wrote all"
+    assert json.loads(completed.stdout) == {"/tmp": expected, "/dev/shm": expected}

@@ -190,3 +190,81 @@ def test_files_in_the_run_folder_count_against_the_memory_cap(group):
         written = int(completed.stdout or 0)  # killed by the OOM killer: nothing printed
     assert written < 256, f"wrote {written} MiB into memory past the group's 256 MiB cap"
     assert completed.returncode != 0 or written >= 10, completed.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# A delegated cgroup v2 scope, as `systemd-run --user --scope -p Delegate=yes` gives a user: a
+# fake cgroup2 tree in a folder (the kernel's rules are not enforced there; the test checks what
+# the grader writes where).
+SCOPE = "/user.slice/user-1000.slice/user@1000.service/app.slice/run-r1.scope"
+GRADER_PID = 4242
+
+
+def fake_scope(root, controllers="cpu memory pids", procs=str(GRADER_PID)):
+    """(mountinfo, /proc/self/cgroup text, scope folder): a cgroup2 mount at ``root`` and this
+    process alone in a delegated scope that offers ``controllers``."""
+    scope = root / SCOPE.lstrip("/")
+    scope.mkdir(parents=True)
+    (scope / "cgroup.controllers").write_text(controllers + "\n")
+    (scope / "cgroup.subtree_control").write_text("")
+    (scope / "cgroup.procs").write_text(procs + "\n")
+    mountinfo = f"30 23 0:27 / {root} rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+    return mountinfo, f"0::{SCOPE}\n", scope
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_the_graders_own_scope_is_split_and_only_with_the_marker(tmp_path, marked):
+    """Marked (the grader re-ran itself there), the scope's one process moves into a leaf and the
+    controllers are enabled for the scope's children, where submissions' cgroups then go;
+    unmarked (a terminal's scope, say), nothing is touched and there is no layout."""
+    mountinfo, cgroup, scope = fake_scope(tmp_path)
+    layout = cgroups.layout_from(mountinfo, cgroup, marked, GRADER_PID)
+    if not marked:
+        assert layout is None and not (scope / cgroups.GRADER_LEAF).exists()
+        assert (scope / "cgroup.subtree_control").read_text() == ""
+        return
+    assert layout == cgroups.Layout(2, dict.fromkeys(cgroups.CONTROLLERS, scope))
+    assert (scope / cgroups.GRADER_LEAF / "cgroup.procs").read_text() == str(GRADER_PID)
+    assert (scope / "cgroup.subtree_control").read_text() == "+memory +pids +cpu"
+    made = cgroups.create_cgroup(layout, GroupLimits(2**30, 64, 1.0), name="submission")
+    assert made.folders == (scope / "submission",)  # beside the grader's leaf, not inside it
+    assert (scope / "submission" / "memory.max").read_text() == str(2**30)
+
+
+def test_a_split_scope_is_found_again_from_the_leaf(tmp_path):
+    """The grader's later processes (and its cached layout) see it from the leaf: the layout is
+    the scope above, and nothing is split again."""
+    mountinfo, _, scope = fake_scope(tmp_path)
+    (scope / cgroups.GRADER_LEAF).mkdir()
+    (scope / "cgroup.subtree_control").write_text("cpu memory pids\n")  # as the kernel shows it
+    leaf = f"0::{SCOPE}/{cgroups.GRADER_LEAF}\n"
+    layout = cgroups.layout_from(mountinfo, leaf, False, GRADER_PID)
+    assert layout is not None and layout.parents["memory"] == scope
+
+
+@pytest.mark.parametrize(
+    ("controllers", "procs", "said"),
+    [
+        ("memory pids", str(GRADER_PID), "delegates no cpu controller"),
+        ("cpu memory pids", f"{GRADER_PID}\n77", "holds other processes"),
+    ],
+)
+def test_a_scope_that_cannot_be_split_is_left_alone_and_says_why(
+    tmp_path, controllers, procs, said
+):
+    mountinfo, cgroup, scope = fake_scope(tmp_path, controllers, procs)
+    assert said in cgroups.scope_problem(scope, GRADER_PID)
+    assert cgroups.layout_from(mountinfo, cgroup, True, GRADER_PID) is None
+    assert not (scope / cgroups.GRADER_LEAF).exists()
+    assert cgroups.scope_problem(*fake_scope(tmp_path / "ok")[2:], GRADER_PID) is None
+
+
+def test_the_rerun_is_the_grader_in_a_delegated_scope_marked_once():
+    command = cgroups.scope_command(["subs", "--jobs", "2"])
+    scope = ["systemd-run", "--user", "--scope", "--quiet", "-p", "Delegate=yes"]
+    assert command[: command.index("--")] == scope
+    grader = [sys.executable, "-m", "addnorm_lib.grading", "subs", "--jobs", "2"]
+    assert command[command.index("--") + 1 :] == grader
+    env = cgroups.scope_environment({"PATH": "/usr/bin"})
+    assert env == {"PATH": "/usr/bin", cgroups.SCOPE_MARKER: "1"}
+    assert cgroups.in_grader_scope(env) and not cgroups.in_grader_scope({})

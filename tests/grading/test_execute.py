@@ -3,6 +3,7 @@
 tests/grading/test_pipeline.py runs real notebooks; here nothing starts a kernel.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from addnorm_lib.grading import _nbval_grades, execute
 from addnorm_lib.grading._pytest_runner import kill_marked
 from addnorm_lib.grading.sandbox import KERNEL_NAME, RUN_MARKER, Sandbox, SubmissionFolders
 from addnorm_lib.grading.settings import Settings
+from tests.grading.conftest import FORWARD
 
 
 @pytest.fixture
@@ -142,3 +144,91 @@ def test_a_timeout_is_the_graders_own_clock_running_out():
         _nbval_grades._await_reply_watching(silent, "cell", timeout=0.05)
     _nbval_grades._await_reply_watching(answered, "cell", timeout=5)
     assert silent.cell_timed_out and not getattr(answered, "cell_timed_out", False)
+
+
+# The recovery run: which cells run again when the kernel died before the hidden tail
+
+LAYER_NORM_MODULE_CELL = 7  # the code-cell index of the LayerNorm module's answer cell
+
+
+def code_cells(nb):
+    return [cell for cell in nb.cells if cell.cell_type == "code"]
+
+
+def first_run(graded, died_in=None, failed=(), timed_out=()):
+    """The nbval plugin's records of ``graded`` (every cell passed, but those in ``failed`` and
+    ``timed_out``), its kernel dead from code cell ``died_in`` on."""
+    records = []
+    for index, cell in enumerate(code_cells(graded)):
+        grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+        dead = died_in is not None and index >= died_in
+        passed = not (dead or grade_id in failed or grade_id in timed_out)
+        records.append(
+            {
+                "code_index": index,
+                "nbgrader": dict(cell.metadata.get("nbgrader", {})),
+                "hidden_tests_of": cell.metadata.get("addnorm", {}).get("hidden_tests_of"),
+                "status": "passed" if passed else "failed",
+                "timed_out": grade_id in timed_out,
+                "kernel_alive": not dead,
+                "report": "",
+            }
+        )
+    return records
+
+
+def tails_of(nb) -> dict[int, str]:
+    """code-cell index -> the test cell whose hidden tests a tail cell holds (blank ones: none)."""
+    return {
+        index: cell.metadata["addnorm"]["hidden_tests_of"]
+        for index, cell in enumerate(code_cells(nb))
+        if "addnorm" in cell.metadata
+    }
+
+
+def test_the_recovery_run_blanks_the_dead_cell_and_after_and_keeps_the_passed_tails(assignment):
+    graded = assignment.graded_base
+    before = json.dumps(graded)
+    again = execute.recovery_notebook(graded, first_run(graded, LAYER_NORM_MODULE_CELL))
+    assert json.dumps(graded) == before  # pure: the graded notebook is not changed
+    old, new = code_cells(graded), code_cells(again)
+    assert len(new) == len(old)  # nbval's code-cell indices stay those of the graded notebook
+    first_tail = min(tails_of(graded))
+    assert [c.source for c in new[:LAYER_NORM_MODULE_CELL]] == [
+        c.source for c in old[:LAYER_NORM_MODULE_CELL]
+    ]
+    blank = new[LAYER_NORM_MODULE_CELL:first_tail]
+    assert all(c.source == "" and c.metadata == {} for c in blank)
+    assert set(tails_of(again).values()) == {FORWARD, "test_layer_norm_backward"}
+    assert [c.source for i, c in enumerate(new) if i in tails_of(again)] == [
+        c.source for i, c in enumerate(old) if i in tails_of(again)
+    ]
+    assert new[-1].source == ""  # the module's tail: its test cell never passed
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["no records", "lived", "died in the tail", "died in a passing test cell", "none passed"],
+)
+def test_nothing_is_recovered_when_no_hidden_test_can_earn_points(assignment, case):
+    graded = assignment.graded_base
+    first_tail = min(tails_of(graded))
+    forward = next(t for t in assignment.tests if t.grade_id == FORWARD)
+    in_forward = code_cells(graded).index(graded.cells[forward.index])
+    records = {
+        "no records": None,
+        "lived": first_run(graded),
+        "died in the tail": first_run(graded, first_tail),
+        # nbval passed it, but the kernel died in it: not a cell that passed before the death
+        "died in a passing test cell": [
+            {**r, "status": "passed"} if r["code_index"] == in_forward else r
+            for r in first_run(graded, in_forward)
+        ],
+        "none passed": first_run(
+            graded,
+            LAYER_NORM_MODULE_CELL,
+            failed=[FORWARD],
+            timed_out=["test_layer_norm_backward"],
+        ),
+    }[case]
+    assert execute.recovery_notebook(graded, records) is None

@@ -16,6 +16,7 @@ import os
 import signal
 import struct
 import time
+import types
 import zipfile
 import zlib
 
@@ -27,7 +28,7 @@ from addnorm_lib import checks
 from addnorm_lib.checks import _record as record
 from addnorm_lib.checks import batchnorm, layernorm, rmsnorm
 from addnorm_lib.checks._core import Observation
-from addnorm_lib.grading import judge
+from addnorm_lib.grading import _nbval_grades, judge
 from addnorm_lib.reference import modules, norms
 from tests.grading.conftest import FORWARD
 from tests.grading.test_judge import by_id, records_for
@@ -489,3 +490,90 @@ def test_after_a_blow_up_a_new_worker_judges_the_rest(tmp_path, hostile_judges):
         "timeout",
         "passed",
     ]
+
+
+# ----------------------------------------------------------------------------------------------
+# Sealing the visible checks' records before the hidden tests run (_nbval_grades)
+
+
+def test_sealing_copies_the_named_regular_records_only(tmp_path):
+    """What the kernel does to its records once sealed (through a file it holds open, or a
+    new file) leaves the sealed copies as they were; a link, a FIFO, a second hard link or a
+    file over the cap is not copied (its check recorded no result)."""
+    observations = tmp_path / "observations"
+    observations.mkdir()
+    names = [f"check_layer_norm-seed{seed}.npz" for seed in range(6)]
+    honest = b"the kernel's record"
+    for name in names[:2]:
+        (observations / name).write_bytes(honest)
+    (observations / names[2]).symlink_to(observations / names[0])
+    os.mkfifo(observations / names[3])
+    os.link(observations / names[1], tmp_path / "second-link")
+    with open(observations / names[4], "wb") as big:
+        big.truncate(record.MAX_RECORD_BYTES + 1)  # sparse: no disk used
+    (observations / "check_other-seed0.npz").write_bytes(honest)  # not named
+    held = open(observations / names[0], "r+b")  # noqa: SIM115 - held open past the seal
+    sealed = tmp_path / "sealed"
+    _nbval_grades.seal(observations, names, sealed)
+    held.write(b"rewritten after the seal")
+    held.close()
+    (observations / names[5]).write_bytes(honest)  # written after the seal
+    assert sorted(p.name for p in sealed.iterdir()) == [names[0]]
+    assert (sealed / names[0]).read_bytes() == honest
+
+
+def test_a_missing_or_linked_observations_folder_seals_nothing(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "check_layer_norm-seed0.npz").write_bytes(b"x")
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    for folder in ("linked", "missing"):
+        _nbval_grades.seal(tmp_path / folder, ["check_layer_norm-seed0.npz"], tmp_path / folder[0])
+        assert list((tmp_path / folder[0]).iterdir()) == []
+
+
+def cell_record(code_index: int, grade_id: str = "", status: str = "passed") -> dict:
+    """A record of the nbval plugin, as it keeps them while the notebook runs."""
+    return {
+        "code_index": code_index,
+        "nbgrader": {"grade_id": grade_id} if grade_id else {},
+        "status": status,
+        "timed_out": False,
+    }
+
+
+def tail_item(grade_id: str) -> types.SimpleNamespace:
+    """An nbval item of the hidden tail cell of ``grade_id``."""
+    seal = ["check_layer_norm-seed0.npz"]
+    metadata = {"addnorm": {"hidden_tests_of": grade_id, "seal": seal}}
+    return types.SimpleNamespace(parent=types.SimpleNamespace(), cell={"metadata": metadata})
+
+
+def test_the_plugin_seals_before_the_first_hidden_tail_cell(tmp_path):
+    """The first tail cell's setup seals the records its metadata names and marks every record
+    so far with the sealed folder; the tail cells' own records are not marked."""
+    observations = tmp_path / "observations"
+    observations.mkdir()
+    (observations / "check_layer_norm-seed0.npz").write_bytes(b"visible")
+    recorder = _nbval_grades.GradeRecorder(tmp_path / "private" / "grades.json", observations)
+    (tmp_path / "private").mkdir()
+    recorder.cells = [cell_record(0), cell_record(1, FORWARD)]
+    visible = types.SimpleNamespace(parent=types.SimpleNamespace(), cell={"metadata": {}})
+    recorder.pytest_runtest_setup(visible)
+    assert recorder.sealed is None
+    recorder.pytest_runtest_setup(tail_item(FORWARD))
+    sealed = tmp_path / "private" / _nbval_grades.SEALED
+    assert (sealed / "check_layer_norm-seed0.npz").read_bytes() == b"visible"
+    assert [r.get("sealed") for r in recorder.cells] == [str(sealed)] * 2
+    recorder.cells.append(cell_record(2))
+    recorder.pytest_runtest_setup(tail_item(FORWARD))
+    assert "sealed" not in recorder.cells[-1]
+
+
+@pytest.mark.parametrize("visible", ["failed", "timeout", "missing"])
+def test_the_hidden_tests_of_a_failed_test_cell_are_not_run(tmp_path, visible):
+    recorder = _nbval_grades.GradeRecorder(tmp_path / "grades.json", tmp_path / "observations")
+    found = cell_record(1, FORWARD, "failed" if visible == "failed" else "passed")
+    found["timed_out"] = visible == "timeout"
+    recorder.cells = [cell_record(0), *([found] if visible != "missing" else [])]
+    with pytest.raises(pytest.skip.Exception, match="hidden tests are not run"):
+        recorder.pytest_runtest_setup(tail_item(FORWARD))

@@ -36,6 +36,10 @@ the host first); in the sandbox its message must show each refused. The grader r
 keyring of its own, where the test plants a key: the instructor's secret, which an unsandboxed
 kernel reads.
 
+A kernel that writes four times its share (``--exchange-mb``) into the grader's exchange folder
+succeeds unsandboxed; in the sandbox it alone is stopped, its row says why, and an honest
+notebook graded in the same run keeps its points.
+
 The limits' attacks (100 processes, four children of 700 MiB) need the per-submission group limits
 (a cgroup); where the grader reports that it could not build them, those sandboxed checks are
 skipped with its reason. The output flood (300 MiB printed in one cell) attacks the grader rather
@@ -45,6 +49,7 @@ psutil, kernels excluded) under 1.5 GiB.
 
 import contextlib
 import csv
+import html
 import json
 import os
 import re
@@ -59,10 +64,13 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
 import psutil
 import pytest
 
-from addnorm_lib.grading import bubblewrap
+from addnorm_lib.authoring import release
+from addnorm_lib.grading import assemble, bubblewrap, judge, report
+from addnorm_lib.grading.settings import Settings
 from tests.conftest import ROOT
 from tests.grading.conftest import LAYER_NORM_CELL, SOLUTION, solution_with
 from tests.grading.test_bubblewrap import (
@@ -77,6 +85,7 @@ from tests.grading.test_bubblewrap import (
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile-sandbox")]
 
 FORWARD = "test_layer_norm"
+MODULE = "test_layer_norm_module"
 GRADER_SECONDS = 300
 PEAK_MIB = 1536  # the grader's largest process, under a 300 MiB flood of output
 OUTSIDE = ("1.1.1.1", 53)  # an address outside this machine (unreachable on most test machines)
@@ -507,6 +516,108 @@ def _attack():
 '''
 )
 
+# The hidden tests' attacks (issue 27): input transformers that watch and rewrite every later cell.
+HIDDEN_LEAK_MARK = "LEAKED-SOURCES:"
+HIDDEN_LEAK = '''
+def _attack():
+    """An input transformer that keeps the source of every cell it sees and, in every cell after
+    the first that holds a seed (a hidden test), prints it, raises it, and writes it into every
+    record it can find (the most recent cells first, so that what it quotes fits a message)."""
+    import dataclasses, glob
+    from addnorm_lib.checks import _record as record
+
+    seen = []
+
+    def quoted(kept, text):
+        error = f"RuntimeError: {text}"
+        if isinstance(kept, dict):
+            return {key: dataclasses.replace(o, error=error) for key, o in kept.items()}
+        return [dataclasses.replace(o, error=error) for o in kept]
+
+    def leak(lines):
+        hidden_seen = any("seed=" in source for source in seen)
+        text = _HOST["leak_mark"] + "\\n" + "\\n".join(src[:500] for src in reversed(seen[-3:]))
+        seen.append("".join(lines))
+        if not hidden_seen:
+            return lines
+        folder = os.environ.get(record.OBSERVATIONS_ENV, "")
+        for path in glob.glob(os.path.join(folder, "*.npz")):
+            try:
+                record.save(path, quoted(record.load(path), text))
+            except Exception:
+                pass
+        return [*lines, "\\n", f"print({text!r})\\n", f"raise RuntimeError({text!r})\\n"]
+
+    get_ipython().input_transformers_post.append(leak)
+    return True, "the transformer is installed"
+'''
+
+HIDDEN_SKIPPED = '''
+def _attack():
+    """An input transformer that deletes the hidden blocks' lines and turns every check call with
+    a seed into `pass`; once this cell has run, its layer_norm is replaced by one that is right
+    on the visible check's inputs only."""
+    import re
+    import numpy as np
+    from addnorm_lib.checks.layernorm import layer_norm_cases
+
+    def gut(lines):
+        kept, hidden = [], False
+        for line in lines:
+            hidden = hidden or "### BEGIN HIDDEN TESTS" in line
+            if not hidden:
+                seeded = "checks." in line and "seed=" in line
+                kept.append(re.match(r"\\s*", line).group(0) + "pass\\n" if seeded else line)
+            hidden = hidden and "### END HIDDEN TESTS" not in line
+        return kept
+
+    shell = get_ipython()
+    shell.input_transformers_post.append(gut)
+    visible = [np.asarray(case.args[0]) for case in layer_norm_cases(0)]
+    swapped = []
+
+    def swap(result=None):
+        if swapped:
+            return
+        right = shell.user_ns["layer_norm"]
+
+        def layer_norm(x, gamma, beta, eps=1e-5):
+            y = right(x, gamma, beta, eps)
+            seen = any(np.shape(x) == v.shape and np.array_equal(x, v) for v in visible)
+            return y if seen else y + 1.0
+
+        shell.user_ns["layer_norm"] = layer_norm
+        swapped.append(True)
+
+    shell.events.register("post_run_cell", swap)
+    return True, "the transformer is installed"
+'''
+
+EXCHANGE_FLOOD = '''
+def _attack():
+    """Write four times the kernel's share (--exchange-mb) into the grader's exchange folder, in
+    1 MiB files (one file is capped anyway): where the exchanges share a small /dev/shm, this
+    once made every notebook graded alongside fail."""
+    folder = os.path.join(os.environ["ADDNORM_OBSERVATIONS"], "flood")
+    wanted, written = 4 * _HOST["exchange_mb"], 0
+    try:
+        os.makedirs(folder, exist_ok=True)
+        block = b"x" * 2**20
+        for n in range(wanted):
+            with open(os.path.join(folder, f"{n}"), "wb") as file:
+                file.write(block)
+            written += 1
+    except OSError as error:
+        return False, f"wrote {written} of {wanted} MiB, then {error!r}"
+    return True, f"wrote {written} MiB into the exchange"
+'''
+
+HONEST = '''
+def _attack():
+    """Nothing: an honest submission, graded alongside the others."""
+    return True, "an honest submission"
+'''
+
 # In this order: the scan for other kernels runs first, while the other job starts the next ones.
 ATTACKS = {
     "other-kernels": KERNELS,
@@ -523,8 +634,20 @@ ATTACKS = {
     "group-memory": MEMORY,
     "leftovers": LEFTOVERS,
     "kernel-state": KERNEL_STATE,
+    "exchange-flood": EXCHANGE_FLOOD,
+    "honest": HONEST,  # graded alongside the flood: it must keep its points
 }
+ATTACKS |= {"hidden-leak": HIDDEN_LEAK, "hidden-skipped": HIDDEN_SKIPPED}
 SUBMISSIONS = {name: f"{i:02d}-{name}.ipynb" for i, name in enumerate(ATTACKS, start=1)}
+# Graded in the sandboxed run only: what they test does not depend on the sandbox (the hidden
+# tail, the sealed records), or is the sandbox's neighbour (honest), so the control adds nothing.
+SANDBOXED_ONLY = ("honest", "hidden-leak", "hidden-skipped")
+
+
+def graded_in(sandboxed: bool) -> dict[str, str]:
+    """attack -> submission name, of the attacks graded in the sandboxed run or the control."""
+    return {a: n for a, n in SUBMISSIONS.items() if sandboxed or a not in SANDBOXED_ONLY}
+
 
 OUTCOME = """
 try:
@@ -777,11 +900,13 @@ def host_literals(base: Path, token: str, listeners: Listeners) -> dict:
         "leftovers": [f"/tmp/addnorm-hostile-{token}", f"/dev/shm/addnorm-hostile-{token}"],
         "flood_marker": str(base / "flood-started.txt"),
         "needle_hex": hidden_test_line().encode().hex(),
+        "leak_mark": HIDDEN_LEAK_MARK,
         "scan_seconds": SCAN_SECONDS,
         "run_started": time.time(),
         "syscalls": syscall_numbers(),
         "planted": planted_key(token),
         "state_attacks": host_state_attacks(planted_key(token)),
+        "exchange_mb": Settings().exchange_mb,
     }
 
 
@@ -818,7 +943,7 @@ def grade_class(base: Path, sandboxed: bool) -> ClassRun:
         host = host_literals(base, token, listeners)
         folder = base / "submissions"
         folder.mkdir()
-        for attack, name in SUBMISSIONS.items():
+        for attack, name in graded_in(sandboxed).items():
             source = attack_source(attack, host)
             (folder / name).write_bytes(solution_with(("cells", LAYER_NORM_CELL, "source"), source))
         Path(host["out"]).parent.mkdir()
@@ -922,7 +1047,7 @@ def check_attack(run: ClassRun, attack: str, control_skip: str | None = None) ->
 
 def test_the_grader_survives_and_every_attack_gets_a_row(run):
     assert run.code == 0, run.stderr[-3000:]
-    assert set(run.rows) == set(SUBMISSIONS.values()), run.stderr[-3000:]
+    assert set(run.rows) == set(graded_in(run.sandboxed).values()), run.stderr[-3000:]
     assert run.confinement.get("isolated") is run.sandboxed, run.confinement
 
 
@@ -1037,3 +1162,80 @@ def test_8_kernel_state(run):
         met = dict(re.findall(r"([\w-]+)=(\S+)", detail.group(1)))
         assert set(met) == set(run.host["state_attacks"]), met
         assert not [attack for attack, result in met.items() if result == "ok"], met
+
+
+def hidden_blocks_of(path: Path) -> tuple[list[str], list[int]]:
+    """The lines of an instructor's notebook's hidden blocks that its exercise does not show
+    (long enough to be a sign), and the seeds that only its hidden blocks use."""
+    solution = nbformat.read(path, as_version=4)
+    hidden, visible = [], []
+    for cell in solution.cells:
+        if cell.cell_type != "code" or release.HIDDEN_BEGIN not in cell.source:
+            continue
+        hidden += [block for _, block in assemble.hidden_blocks(cell.source, path.name)]
+        visible.append(release.strip_hidden_tests(cell.source, path.name))
+    shown = "\n".join(cell.source for cell in release.release(solution, path.name).cells)
+    lines = {line.strip() for block in hidden for line in block.splitlines()}
+    lines = sorted(line for line in lines if len(line) >= 10 and line not in shown)
+    seeds = {seed for block in hidden for _, seed in assemble.checks_called(block, "hidden")}
+    seeds -= {seed for block in visible for _, seed in assemble.checks_called(block, "visible")}
+    return lines, sorted(seeds)
+
+
+def texts_of(value) -> list[str]:
+    """Every string in a JSON value, keys included."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [*value, *(text for item in value.values() for text in texts_of(item))]
+    if isinstance(value, list):
+        return [text for item in value for text in texts_of(item)]
+    return []
+
+
+def test_9_hidden_tests_never_reach_the_reports(sandboxed):
+    """A transformer that raises, prints and writes into every record the source of every cell
+    it saw: grades.json and the feedback page hold none of the hidden lines or seeds."""
+    name = SUBMISSIONS["hidden-leak"]
+    assert name in sandboxed.rows, sandboxed.stderr[-2000:]
+    grade = sandboxed.grades[name]
+    page = html.unescape(report.feedback_path(Path(sandboxed.host["out"]), name).read_text())
+    lines, seeds = hidden_blocks_of(SOLUTION)
+    assert lines and seeds, "the LayerNorm notebook has hidden tests"
+    fields = {k: v for k, v in grade.items() if k in ("reason", "notes", "cells")}
+    for text in [*texts_of(fields), page]:
+        assert not [line for line in lines if line in text], text
+        assert not [seed for seed in seeds if re.search(rf"\b{seed}\b", text)], text
+    # It ran: every visible part passed (its records were rewritten once the hidden tests had
+    # begun, and judged from the copies sealed before), every hidden part failed (a later cell
+    # rewrote its records, or it raised what it saw).
+    cells = {cell["grade_id"]: cell for cell in grade["cells"]}
+    messages = [cell["message"] for cell in cells.values()]
+    assert all(message.startswith("Failed a hidden test") for message in messages), messages
+    assert cells[MODULE]["message"] == judge.HIDDEN_ERROR, messages
+
+
+def test_9_hidden_checks_switched_off_earn_nothing(sandboxed):
+    """A transformer that removes the hidden check calls, and an answer wrong only where the
+    hidden checks look: the visible check passes, the hidden tests recorded nothing."""
+    name = SUBMISSIONS["hidden-skipped"]
+    assert name in sandboxed.rows, sandboxed.stderr[-2000:]
+    cells = {cell["grade_id"]: cell for cell in sandboxed.grades[name]["cells"]}
+    assert cells[FORWARD]["message"] == judge.HIDDEN_NO_RESULT.format(name="check_layer_norm")
+    hidden = [cell for cell in cells.values() if cell["hidden"]]
+    assert hidden and not [cell for cell in hidden if cell["points"]], hidden
+
+
+def test_10_exchange_flood(run):
+    """Four times its share written into the grader's exchange folder, in 1 MiB files: in the
+    sandbox that kernel alone is stopped, its row says why, and an honest notebook graded in the
+    same run keeps its full points (tests/grading/test_sandbox.py shows a small /dev/shm shared
+    without the cap, where the neighbour fails)."""
+    check_attack(run, "exchange-flood")
+    if run.sandboxed:
+        honest = run.rows[SUBMISSIONS["honest"]]
+        assert honest["status"] == "ok", run.explain("honest")
+        assert float(honest["total"]) == float(honest["max_total"]) > 0, run.explain("honest")
+        row = run.rows[SUBMISSIONS["exchange-flood"]]
+        assert row["status"] == "error", run.explain("exchange-flood")
+        assert "into the grader's exchange folder" in row["reason"], run.explain("exchange-flood")

@@ -19,8 +19,9 @@ zygote), skipped where ``bubblewrap_problem()`` says that the sandbox cannot be 
   broke before it did (as root);
 - *a deep exchange*: a folder 2000 levels deep in the exchange with a file at the bottom.
   ``shutil.rmtree`` (Python 3.11) recurses once per level: before the grader removed its folders
-  with a fallback to ``rm -rf``, the submission's row said ``error``, the command exited 1 and
-  the exchange stayed in ``/dev/shm`` after the run;
+  with a fallback to ``rm -rf``, the command exited 1 and the exchange stayed in ``/dev/shm``
+  after the run. The exchange's rules now stop such a kernel (its row alone says ``error``, and
+  why), and its folders are still removed;
 - *a link for the grader's client*: the kernel closes its stdin channel and puts a link to the
   host's listener where its IPC socket was. The grader's ZeroMQ client reconnects by path: when it
   connected through the exchange, it followed the link, so a kernel could make the grader connect
@@ -211,9 +212,14 @@ def test_a_kernel_cannot_change_host_kernel_settings(warm_run):
     assert not warm_run.succeeded("host-settings"), warm_run.explain("host-settings")
 
 
-def test_a_deep_exchange_neither_fails_its_row_nor_the_command(warm_run):
+def test_a_deep_exchange_fails_only_its_own_row_and_not_the_command(warm_run):
+    """The exchange's rules stop a kernel that nests folders in it (sandbox.ExchangeRules): its
+    row says why; the grader and the other rows go on."""
     row = warm_run.rows.get(SUBMISSIONS["deep-exchange"], {})
-    assert row.get("status") == "ok", warm_run.explain("deep-exchange")
+    assert row.get("status") == "error", warm_run.explain("deep-exchange")
+    assert "levels deep into the grader's exchange folder" in row.get("reason", "")
+    others = [r for name, r in warm_run.rows.items() if name != SUBMISSIONS["deep-exchange"]]
+    assert others and all(r["status"] != "error" for r in others), others
     assert warm_run.code == 0, warm_run.stderr[-3000:]
 
 

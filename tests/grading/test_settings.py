@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from addnorm_lib.grading import settings
 from addnorm_lib.grading.settings import Settings, build_parser, flag_of, parse_command_line
 
 # Every flag the grader had before its settings became a dataclass, with a value to give it.
@@ -80,3 +81,20 @@ def test_a_bad_value_is_a_clear_argparse_error(argv, message, capsys):
     error = capsys.readouterr().err
     assert "usage: python -m addnorm_lib.grading" in error
     assert (message or "the following arguments are required: paths") in error
+
+
+def test_the_grading_code_is_part_of_the_digest_resume_compares(tmp_path, monkeypatch):
+    """A grade decided by another version of the grader, the checks or the references is graded
+    again by --resume; files elsewhere do not count."""
+    for folder in settings.GRADING_CODE:
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "a.py").write_text("x = 1\n")
+    (tmp_path / "book.py").write_text("y = 1\n")
+    first = settings.code_digest(tmp_path)
+    (tmp_path / "book.py").write_text("y = 2\n")
+    assert settings.code_digest.__wrapped__(tmp_path) == first
+    (tmp_path / "addnorm_lib/checks/a.py").write_text("x = 2\n")
+    assert settings.code_digest.__wrapped__(tmp_path) != first
+    before = settings.grading_digest(settings.Settings(), True)
+    monkeypatch.setattr(settings, "code_digest", lambda: "another grader")
+    assert settings.grading_digest(settings.Settings(), True) != before
