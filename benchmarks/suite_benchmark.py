@@ -8,13 +8,15 @@ judged
     through the grader in one batch with ``--jobs 2`` (as the suite grades one per assignment),
     and through the grader one notebook at a time (``pipeline.grade_one``, as the suite graded every
     mutant before). Prints seconds per mutant and the ratios.
-(b) ``--suite``: the whole suite as ``make test`` runs it (``pytest -n auto --dist loadgroup``),
-    timed, with the summed test durations of each xdist group (the book build and browser tests,
-    the class grading run, ...) next to the wall-clock time: the longest group bounds the run.
+(b) ``--suite``: the whole suite as ``make test`` runs it (``pytest -n <cores + 1> --dist
+    loadgroup``), timed, with the summed test durations of each xdist group (the book build and
+    browser tests, the class grading run, ...) next to the wall-clock time: the longest group
+    bounds the run.
 """
 
 import argparse
 import json
+import os
 import re
 import sys
 import tempfile
@@ -93,7 +95,9 @@ def group_of(test_id: str) -> str:
 
 
 def suite_figures() -> dict:
-    options = ["-n", "auto", "--dist", "loadgroup", "-q", "--durations=0", "-p", "no:cacheprovider"]
+    workers = str((os.cpu_count() or 1) + 1)  # as make test runs it
+    options = ["-n", workers, "--dist", "loadgroup", "-q", "--durations=0"]
+    options += ["-p", "no:cacheprovider"]
     start = time.perf_counter()
     completed = run_python("-m", "pytest", *options, cwd=ROOT)
     wall = time.perf_counter() - start

@@ -17,7 +17,7 @@ EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
 
 JUPYTER_BOOK = Path(sys.executable).parent / "jupyter-book"
 BUILD_FLAGS = ["--builder", "html", "--warningiserror", "--nitpick", "--keep-going"]
-# Tests that use `built_book` carry this mark: under `pytest -n auto --dist loadgroup` they all run
+# Tests that use `built_book` carry this mark: under `pytest -n N --dist loadgroup` they all run
 # on one worker, one after the other, while the other workers run the rest of the suite.
 BOOK_GROUP = pytest.mark.xdist_group("book")
 # Module fixtures that each cost a whole grading run: the tests that use one are grouped the same
