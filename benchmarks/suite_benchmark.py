@@ -85,7 +85,8 @@ def mutant_figures(count: int) -> dict:
     return {"mutants": len(mutants), "seconds": seconds}
 
 
-GROUPS = {"book", *FIXTURE_GROUPS.values()}  # the suite's xdist groups (tests/conftest.py)
+# The suite's xdist groups (tests/conftest.py).
+GROUPS = {"book", "browser", *FIXTURE_GROUPS.values()}
 
 
 def group_of(test_id: str) -> str:

@@ -20,6 +20,10 @@ BUILD_FLAGS = ["--builder", "html", "--warningiserror", "--nitpick", "--keep-goi
 # Tests that use `built_book` carry this mark: under `pytest -n N --dist loadgroup` they all run
 # on one worker, one after the other, while the other workers run the rest of the suite.
 BOOK_GROUP = pytest.mark.xdist_group("book")
+# The browser tests use the same build on a worker of their own: while it is being built they wait
+# on its lock (with one worker more than cores, a waiting worker costs no CPU), then they take
+# their screenshots while the book's worker runs the other book tests.
+BROWSER_GROUP = pytest.mark.xdist_group("browser")
 # Module fixtures that each cost a whole grading run: the tests that use one are grouped the same
 # way, so that one worker builds it once (under xdist every worker would build its own copy).
 # Lets the grader grade a folder where it cannot build its sandbox (it stops otherwise); where it

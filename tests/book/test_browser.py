@@ -38,9 +38,9 @@ from tests.book.layout import (
     shrunk,
     squashed,
 )
-from tests.conftest import BOOK_GROUP, EXERCISES, ROOT
+from tests.conftest import BROWSER_GROUP, EXERCISES, ROOT
 
-pytestmark = [pytest.mark.slow, BOOK_GROUP]
+pytestmark = [pytest.mark.slow, BROWSER_GROUP]
 
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 NOT_PAGES = {"_static", "_sources", "_images", "_downloads"}
