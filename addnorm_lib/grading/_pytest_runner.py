@@ -109,14 +109,23 @@ def run_pytest(arguments: list[str], cwd, env: dict, timeout: float):
     return process.exitcode
 
 
-def kill_marked(name: str, value: str) -> int:
-    """Kill every process whose environment has ``name=value``; return how many."""
-    killed = 0
+def marked_processes(name: str, value: str) -> list[psutil.Process]:
+    """Every process but this one whose environment has ``name=value``."""
+    found = []
     for process in psutil.process_iter():
         if process.pid == os.getpid():
             continue
         with contextlib.suppress(psutil.Error, OSError):  # gone, or not ours to read
             if process.environ().get(name) == value:
-                process.kill()
-                killed += 1
+                found.append(process)
+    return found
+
+
+def kill_marked(name: str, value: str) -> int:
+    """Kill every process whose environment has ``name=value``; return how many."""
+    killed = 0
+    for process in marked_processes(name, value):
+        with contextlib.suppress(psutil.Error):  # gone since
+            process.kill()
+            killed += 1
     return killed

@@ -79,6 +79,7 @@ from addnorm_lib.grading import _launch, _warm_kernels, bubblewrap, cgroups, sec
 from addnorm_lib.grading._pytest_runner import (
     THREAD_VARIABLES,
     kill_marked,
+    marked_processes,
     short_temp_base,
     single_threaded,
 )
@@ -326,16 +327,6 @@ def pid_namespace(pid: int | str) -> str | None:
         return None
 
 
-def marked_pids(value: str) -> set[int]:
-    """The processes whose environment has ``RUN_MARKER=value``."""
-    found = set()
-    for process in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, OSError):  # gone, or not ours to read
-            if process.environ().get(RUN_MARKER) == value:
-                found.add(process.pid)
-    return found
-
-
 @dataclass
 class SubmissionProcesses:
     """A submission's processes where it has no cgroup: those marked with its folder (the
@@ -349,7 +340,8 @@ class SubmissionProcesses:
     def __call__(self) -> set[int]:
         """The submission's processes now."""
         if not self.namespaces:
-            self.marked = marked_pids(str(self.workdir))
+            marked = marked_processes(RUN_MARKER, str(self.workdir))
+            self.marked = {process.pid for process in marked}
             own = pid_namespace("self")
             for pid in self.marked:
                 with contextlib.suppress(psutil.Error):
