@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from addnorm_lib.grading import bubblewrap, cgroups
+from tests.needs import require
 
 ROOT = Path(__file__).resolve().parent.parent
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
@@ -98,6 +99,13 @@ def built_book(tmp_path_factory) -> Path:
                 failure.write_text(output[-6000:])
     assert not failure.is_file(), f"the book does not build:\n{failure.read_text()}"
     return html
+
+
+def pytest_runtest_setup(item):
+    """A test marked ``needs`` (tests/needs.py) is skipped where what it needs is missing, and
+    fails instead under ``CI=true``."""
+    for mark in item.iter_markers("needs"):
+        require(**mark.kwargs)
 
 
 @pytest.hookimpl(trylast=True)

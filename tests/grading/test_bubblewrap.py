@@ -25,9 +25,10 @@ import pytest
 from addnorm_lib.grading import _launch, bubblewrap, seccomp_filter
 from addnorm_lib.grading.bubblewrap import Whitelist, bubblewrap_argv, course_whitelist
 from tests.conftest import ROOT
+from tests.needs import needs
 
 PROBLEM = bubblewrap.bubblewrap_problem()
-NEEDS_BWRAP = pytest.mark.skipif(PROBLEM is not None, reason=f"no bubblewrap sandbox: {PROBLEM}")
+NEEDS_BWRAP = needs("the bubblewrap sandbox", PROBLEM)
 
 # Run inside the sandbox: report every fact the tests judge, as JSON on stdout.
 INSIDE = textwrap.dedent(

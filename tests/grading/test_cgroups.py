@@ -12,9 +12,10 @@ import pytest
 
 from addnorm_lib.grading import _launch, cgroups, sandbox
 from addnorm_lib.grading.cgroups import GroupLimits
+from tests.needs import needs
 
 PROBLEM = cgroups.cgroup_problem()
-NEEDS_CGROUPS = pytest.mark.skipif(PROBLEM is not None, reason=f"no cgroups here: {PROBLEM}")
+NEEDS_CGROUPS = needs("cgroups", PROBLEM)
 
 V1_MOUNTINFO = """\
 31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755

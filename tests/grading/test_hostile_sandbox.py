@@ -81,6 +81,7 @@ from tests.grading.test_bubblewrap import (
     run_probe,
     syscall_numbers,
 )
+from tests.needs import require
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile-sandbox")]
 
@@ -1016,9 +1017,7 @@ def unsandboxed(tmp_path_factory) -> ClassRun:
 @pytest.fixture(scope="module")
 def sandboxed(tmp_path_factory) -> ClassRun:
     """The attacks graded by the grader's default command, in its sandbox."""
-    problem = bubblewrap.bubblewrap_problem()
-    if problem:
-        pytest.skip(f"the sandbox cannot be built here: {problem}")
+    require("the grader's sandbox", bubblewrap.bubblewrap_problem())
     return grade_class(tmp_path_factory.mktemp("sandboxed"), sandboxed=True)
 
 
@@ -1123,7 +1122,7 @@ def test_6_group_limits(run, attack):
     under the 2 GiB cap of one process) against the group's 2 GiB."""
     limits = str(run.confinement.get("group_limits", ""))
     if run.sandboxed and limits.startswith("none"):
-        pytest.skip(f"the grader has no group limits here: {limits}")
+        require("the grader's group limits", limits)
     check_attack(run, attack)
 
 

@@ -47,6 +47,7 @@ from addnorm_lib.grading import bubblewrap, sandbox
 from tests.conftest import ROOT
 from tests.grading.conftest import LAYER_NORM_CELL, solution_with
 from tests.grading.test_hostile_sandbox import FAILED, OUTCOME, Listeners, solution_source
+from tests.needs import require
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("hostile-warm")]
 
@@ -159,9 +160,7 @@ def deep_leftovers(deep_name: str) -> list[Path]:
 @pytest.fixture(scope="module")
 def warm_run(tmp_path_factory) -> WarmRun:
     """The attacks graded by the grader's default command, in its sandbox, two at a time."""
-    problem = bubblewrap.bubblewrap_problem()
-    if problem:
-        pytest.skip(f"the sandbox cannot be built here: {problem}")
+    require("the grader's sandbox", bubblewrap.bubblewrap_problem())
     base = tmp_path_factory.mktemp("hostile-warm")
     token = f"warm-{uuid.uuid4().hex[:12]}"
     listeners = Listeners(token)

@@ -25,6 +25,7 @@ import pytest
 
 from addnorm_lib.grading import bubblewrap, cgroups, pipeline
 from tests.conftest import GRADE_ANYWHERE, ROOT, run_python
+from tests.needs import needs
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +37,7 @@ GRADER = ("-m", "addnorm_lib.grading")
 # course itself: the submissions that do so are left out, so the suite never damages its tree.
 SANDBOX_PROBLEM = bubblewrap.bubblewrap_problem()
 JAILED = SANDBOX_PROBLEM is None
-NEEDS_JAIL = pytest.mark.skipif(not JAILED, reason=f"needs the grader's sandbox: {SANDBOX_PROBLEM}")
+NEEDS_JAIL = needs("the grader's sandbox", SANDBOX_PROBLEM)
 FORWARD, BACKWARD, MODULE = "test_layer_norm", "test_layer_norm_backward", "test_layer_norm_module"
 REFERENCE = ROOT / "addnorm_lib" / "reference"
 # The reference compiled, as any run that imports it leaves it (unless PYTHONDONTWRITEBYTECODE).

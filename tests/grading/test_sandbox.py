@@ -19,6 +19,7 @@ from addnorm_lib.grading import _launch, bubblewrap, cgroups, sandbox
 from addnorm_lib.grading.settings import Settings
 from tests.grading.test_pipeline import as_nobody
 from tests.grading.test_pipeline import nobody_folder as nobody_folder  # a fixture
+from tests.needs import needs
 
 PLAIN_KERNEL = [sys.executable, "-m", "addnorm_lib.grading._graded_kernel"]
 
@@ -149,7 +150,7 @@ def test_a_sandbox_owns_a_short_private_run_folder_for_its_lifetime(monkeypatch,
     assert not run_folder.exists()
 
 
-@pytest.mark.skipif(cgroups.cgroup_problem() is not None, reason="no cgroups for this process")
+@needs("cgroups", cgroups.cgroup_problem())
 def test_each_kernel_gets_a_cgroup_that_goes_with_it(tmp_path, folders):
     opened = sandbox.Sandbox(Settings(), tmp_path, None, None)
     with opened.kernel(folders):
@@ -200,9 +201,7 @@ def test_a_sandbox_describes_its_seccomp_filter_and_the_exchanges_share(tmp_path
     assert unsandboxed["seccomp"] == unsandboxed["exchange"] == "none: --no-sandbox was given"
 
 
-NEEDS_MOUNT = pytest.mark.skipif(
-    sandbox.tmpfs_problem() is not None, reason=f"cannot mount here: {sandbox.tmpfs_problem()}"
-)
+NEEDS_MOUNT = needs("a tmpfs of its own per submission", sandbox.tmpfs_problem())
 
 
 @NEEDS_MOUNT

@@ -23,11 +23,12 @@ from addnorm_lib.grading import bubblewrap, sandbox
 from addnorm_lib.grading.settings import COURSE_ROOT, Settings
 from tests.conftest import run_python
 from tests.grading.test_bubblewrap import REFUSED, SYSCALL_PROBE, syscall_numbers
+from tests.needs import needs
 
 PROBLEM = bubblewrap.bubblewrap_problem()
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(PROBLEM is not None, reason=f"warm kernels need the sandbox: {PROBLEM}"),
+    needs("the sandbox (for warm kernels)", PROBLEM),
 ]
 
 
