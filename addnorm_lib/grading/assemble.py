@@ -28,6 +28,7 @@ an input transformer or a patched ``assert`` of the notebook has no say.
 import ast
 import errno
 import hashlib
+import inspect
 import json
 import os
 import re
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import nbformat
 
+import addnorm_lib.checks as checks_module
 from addnorm_lib.authoring import release
 from addnorm_lib.checks import JUDGES
 from addnorm_lib.checks import _record as record
@@ -93,21 +95,113 @@ class Assignment:
         return sum(test.points for test in self.tests)
 
 
-def checks_called(source: str, where: str) -> tuple[tuple[str, int], ...]:
-    """The ``checks.check_*(..., seed=N)`` calls of a test cell, in order."""
-    calls = []
-    for node in ast.walk(ast.parse(source)):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-            continue
-        name = node.func.attr
-        if not (isinstance(node.func.value, ast.Name) and node.func.value.id == "checks"):
-            continue
-        if name not in JUDGES:
-            raise ValueError(f"{where}: checks.{name} has no judge")
-        seeds = [k.value for k in node.keywords if k.arg == "seed"]
-        seed = seeds[0].value if seeds and isinstance(seeds[0], ast.Constant) else 0
-        calls.append((name, int(seed)))
-    return tuple(calls)
+STRICT_CHECKS = (
+    "a graded test cell is judged from the records of its check calls, written "
+    "checks.<name>(<function>) or checks.<name>(<function>, seed=<int>), which the grader reads "
+    "when it loads the assignment; write each check that way"
+)
+
+
+class CheckCallRefused(ValueError):
+    """A call of a check that the grader cannot read strictly: what is wrong and its line."""
+
+    def __init__(self, problem: str, line: int):
+        super().__init__(problem)
+        self.problem, self.line = problem, line
+
+
+def default_seed(name: str) -> int:
+    """The seed a check uses when a call gives none: its signature's default (the course's: 0)."""
+    seed = inspect.signature(getattr(checks_module, name)).parameters["seed"].default
+    if type(seed) is not int:
+        raise ValueError(f"checks.{name} has no whole-number default seed: give seed=<int>")
+    return seed
+
+
+def read_check_call(call: ast.Call, seed_required: bool) -> tuple[str, int]:
+    """(check, seed) of a call ``checks.<name>(<function>[, seed=<int>])``; raises
+    :class:`CheckCallRefused` for any other shape (another callee, a check with no judge, more or
+    other arguments, a seed that is not a whole number written out, no seed where one is
+    required)."""
+    func, line = call.func, call.lineno
+    if not (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "checks"
+    ):
+        raise CheckCallRefused("a call of something other than checks.<name>", line)
+    name = func.attr
+    if name not in JUDGES:
+        raise CheckCallRefused(f"checks.{name} has no judge", line)
+    if len(call.args) != 1 or not isinstance(call.args[0], ast.Name):
+        raise CheckCallRefused(f"checks.{name} must get one function or class, by its name", line)
+    seeds = [k for k in call.keywords if k.arg == "seed"]
+    if len(seeds) != len(call.keywords) or len(seeds) > 1 or (seed_required and not seeds):
+        needed = "seed=<int>" if seed_required else "at most seed=<int>"
+        raise CheckCallRefused(f"checks.{name} must get {needed} and no other keyword", line)
+    if not seeds:
+        return name, default_seed(name)
+    seed = seeds[0].value
+    if not (isinstance(seed, ast.Constant) and type(seed.value) is int):
+        raise CheckCallRefused(f"checks.{name}'s seed must be a whole number written out", line)
+    return name, seed.value
+
+
+def loose_check_problem(node: ast.AST) -> str | None:
+    """What makes ``node`` a use of a check that is not a strict call (a check called or named
+    bare, ``checks`` or one of its checks taken as a value); None for anything else."""
+    if isinstance(node, ast.Name) and node.id in JUDGES:
+        return f"{node.id} used bare: the grader reads only checks.{node.id}(...)"
+    if isinstance(node, ast.Name) and node.id == "checks":
+        return "checks used other than as checks.<name>(...)"
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        owner = node.value.id
+        if owner == "checks":
+            return f"checks.{node.attr} used other than as a call"
+        if node.attr in JUDGES:
+            return f"{owner}.{node.attr}: the grader reads only checks.{node.attr}(...)"
+    if isinstance(node, ast.alias) and node.name.rsplit(".", 1)[-1] in JUDGES:
+        return f"{node.name} imported: the grader reads only checks.<name>(...)"
+    return None
+
+
+def checks_called(
+    source: str, where: str, seed_required: bool = False
+) -> tuple[tuple[str, int], ...]:
+    """The ``checks.<name>(<function>[, seed=<int>])`` calls of a test cell's source, in order,
+    as (check, seed); a call without a seed uses the check's default (:func:`default_seed`).
+
+    Strict (:data:`STRICT_CHECKS`): raises ValueError, in one line naming ``where`` and the line,
+    for a check that cannot be read exactly: a bare ``check_x(...)``, an import of one,
+    ``checks`` or a check taken as a value, a computed or positional seed, other arguments, or a
+    check with no judge. A cell whose checks the grader read loosely would earn its points from
+    whatever the kernel says.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as err:
+        raise ValueError(f"{where}, line {err.lineno}: does not parse ({err.msg})") from None
+    calls, callees = [], set()
+    try:
+        for node in ast.walk(tree):
+            func = node.func if isinstance(node, ast.Call) else None
+            if (
+                isinstance(func, ast.Attribute)
+                and isinstance(func.value, ast.Name)
+                and func.value.id == "checks"
+            ):
+                call = read_check_call(node, seed_required)
+                calls.append((node.lineno, node.col_offset, call))
+                callees.update((id(func), id(func.value)))
+        for node in ast.walk(tree):
+            problem = None if id(node) in callees else loose_check_problem(node)
+            if problem:
+                raise CheckCallRefused(problem, getattr(node, "lineno", 1))
+    except CheckCallRefused as refused:
+        raise ValueError(
+            f"{where}, line {refused.line}: {refused.problem}; {STRICT_CHECKS}"
+        ) from None
+    return tuple(call for _, _, call in sorted(calls))
 
 
 def assignment_name(nb, fallback: str) -> str:
@@ -130,8 +224,10 @@ def read_test_cell(cell, index: int, where: str) -> TestCell:
     hidden = release.HIDDEN_BEGIN in cell.source
     visible = release.strip_hidden_tests(cell.source, where) if hidden else cell.source
     checks = checks_called(visible, where)
+    if not checks:
+        raise ValueError(f"{where}: calls no check; {STRICT_CHECKS}")
     blocks = "\n".join(block for _, block in hidden_blocks(cell.source, where))
-    hidden_checks = checks_called(blocks, where) if hidden else ()
+    hidden_checks = checks_called(blocks, where, seed_required=True) if hidden else ()
     return TestCell(
         meta["grade_id"], index, float(meta["points"]), hidden, checks, None, hidden_checks
     )
@@ -186,7 +282,8 @@ def load_assignment(path: Path) -> Assignment:
         if meta.get("solution") and cell.cell_type == "code":
             answers[meta["grade_id"]] = cell.get("id")
         if meta.get("grade"):
-            tests.append(read_test_cell(cell, index, f"{path.name}, cell {index}"))
+            where = f"{path.name}, test cell {meta.get('grade_id', index)!r}"
+            tests.append(read_test_cell(cell, index, where))
     tests = hidden_tail(base, tests, path.name)
     name = assignment_name(solution, path.stem)
     return Assignment(name, base, answers, tests, hashlib.sha256(raw).hexdigest())
@@ -213,28 +310,16 @@ STATEMENTS = {
 
 
 def hidden_call_problem(node: ast.stmt) -> str | None:
-    """What keeps a statement of a hidden block from being a check call; None if it is one."""
+    """What keeps a statement of a hidden block from being a check call with a seed written out
+    (:func:`read_check_call`); None if it is one."""
     call = node.value if isinstance(node, ast.Expr) else None
     if not isinstance(call, ast.Call):
         kind = type(node).__name__
         return f"{STATEMENTS.get(kind, f'a statement ({kind})')}, not a check call"
-    func = call.func
-    if not (
-        isinstance(func, ast.Attribute)
-        and isinstance(func.value, ast.Name)
-        and func.value.id == "checks"
-    ):
-        return "a call of something other than checks.<name>"
-    if func.attr not in JUDGES:
-        return f"checks.{func.attr} has no judge"
-    if len(call.args) != 1 or not isinstance(call.args[0], ast.Name):
-        return f"checks.{func.attr} must get one function or class, by its name"
-    seeds = [k for k in call.keywords if k.arg == "seed"]
-    if len(call.keywords) != 1 or not seeds:
-        return f"checks.{func.attr} must get seed=<int> and no other keyword"
-    seed = seeds[0].value
-    if not (isinstance(seed, ast.Constant) and type(seed.value) is int):
-        return f"checks.{func.attr}'s seed must be a whole number written out"
+    try:
+        read_check_call(call, seed_required=True)
+    except CheckCallRefused as refused:
+        return refused.problem
     return None
 
 

@@ -27,12 +27,66 @@ def test_checks_called_finds_each_call_and_its_seed():
 
 
 def test_a_check_without_a_judge_is_refused_by_name():
-    with pytest.raises(ValueError, match=r"cell 3: checks.check_nothing has no judge"):
+    with pytest.raises(ValueError, match=r"cell 3, line 1: checks.check_nothing has no judge"):
         assemble.checks_called("checks.check_nothing(f)", "cell 3")
 
 
-def test_calls_on_other_objects_are_not_checks():
-    assert assemble.checks_called("other.check_layer_norm(f)\ncheck_layer_norm(f)", "here") == ()
+@pytest.mark.parametrize(
+    ("source", "line", "problem"),
+    [
+        # a bare call: the kernel runs it, the grader would not know to judge it
+        ("x = 1\ncheck_layer_norm(f)", 2, "check_layer_norm used bare"),
+        ("from addnorm_lib.checks import check_layer_norm", 1, "check_layer_norm imported"),
+        ("from addnorm_lib.checks.layernorm import check_layer_norm as c", 1, "imported"),
+        ("import addnorm_lib.checks as c\nc.check_layer_norm(f)", 2, "c.check_layer_norm:"),
+        ("other.check_layer_norm(f)", 1, "other.check_layer_norm:"),
+        ("run = checks.check_layer_norm\nrun(f)", 1, "used other than as a call"),
+        ("c = checks\nc.check_layer_norm(f)", 1, "checks used other than"),
+        ('getattr(checks, "check_layer_norm")(f)', 1, "checks used other than"),
+        # a seed the grader cannot read: it would judge seed 0 while the kernel ran another
+        ("for s in range(3):\n    checks.check_layer_norm(f, seed=s)", 2, "a whole number"),
+        ("checks.check_layer_norm(f, seed=1 + 1)", 1, "a whole number"),
+        ("checks.check_layer_norm(f, seed=True)", 1, "a whole number"),
+        ("checks.check_layer_norm(f, 3)", 1, "one function or class"),
+        ("checks.check_layer_norm(f, seed=2, atol=1)", 1, "at most seed=<int>"),
+        ("checks.check_layer_norm(f, **options)", 1, "at most seed=<int>"),
+        ("checks.check_layer_norm(*functions)", 1, "one function or class"),
+        ("checks.check_layer_norm(f))", 1, "does not parse"),
+    ],
+)
+def test_a_check_the_grader_cannot_read_strictly_is_refused_with_its_line(source, line, problem):
+    with pytest.raises(ValueError) as refused:
+        assemble.checks_called(source, "nb.ipynb, test cell 'test_0'")
+    message = str(refused.value)
+    assert message.startswith(f"nb.ipynb, test cell 'test_0', line {line}: "), message
+    assert problem in message and "\n" not in message
+
+
+def test_strict_reading_accepts_checks_written_out_among_other_code():
+    """Other code may sit beside the checks (it only runs in the kernel, and can only fail the
+    cell); a name that merely contains a check's name is not a check."""
+    source = (
+        "import numpy as np\nx = np.ones(3)\nprint(check_layer_norm_notes)\n"
+        "checks.check_layer_norm(layer_norm, seed=7)\nchecks.check_layer_norm_module(LayerNorm)"
+    )
+    assert assemble.checks_called(source, "here") == (
+        ("check_layer_norm", 7),
+        ("check_layer_norm_module", 0),
+    )
+
+
+def test_a_call_without_a_seed_uses_the_check_s_own_default(monkeypatch):
+    """The seed read for a call without one is the check's signature default, not a constant of
+    the grader's: a check whose default changed would be judged on the seed the kernel used."""
+    import addnorm_lib.checks as checks
+
+    def check_layer_norm(layer_norm, seed: int = 5):
+        pass
+
+    monkeypatch.setattr(checks, "check_layer_norm", check_layer_norm)
+    assert assemble.checks_called("checks.check_layer_norm(f)", "here") == (
+        ("check_layer_norm", 5),
+    )
 
 
 def test_checks_called_by_a_test_cell_are_found():
@@ -430,6 +484,37 @@ def test_a_file_over_the_size_limit_is_not_read(tmp_path):
         "the file is 52.0 MiB, over the limit of 16 MiB (--notebook-mb): not read",
     )
     assert len(assemble.read_file(path, limit_mb=52)) == 52 * 2**20  # at the limit: read
+
+
+@pytest.mark.parametrize(
+    ("visible", "problem"),
+    [
+        ("check_layer_norm(layer_norm)", "line 1: check_layer_norm used bare"),
+        ("seed = 3\nchecks.check_layer_norm(layer_norm, seed=seed)", "line 2: checks.check_"),
+        ("assert layer_norm is not None", "calls no check"),
+    ],
+)
+def test_a_graded_cell_whose_checks_cannot_be_read_is_refused_at_load(tmp_path, visible, problem):
+    """A graded test cell with a bare check call, a computed seed or no check at all would earn
+    its points from nbval alone (whatever the kernel says): the grader stops before any kernel
+    runs, in one line naming the notebook, the test cell and the line."""
+    solution = nbformat.read(SOLUTION, as_version=4)
+    test = next(c for c in solution.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    hidden = test.source[test.source.index(release.HIDDEN_BEGIN) :]
+    test.source = f"{visible}\n{hidden}"
+    source = tmp_path / "source"
+    source.mkdir()
+    nbformat.write(solution, source / SOLUTION.name)
+    grade_id = test.metadata["nbgrader"]["grade_id"]
+    with pytest.raises(ValueError, match=f"layernorm.ipynb, test cell '{grade_id}'"):
+        assemble.load_assignments(source)
+    completed = run_python(
+        "-m", "addnorm_lib.grading", SOLUTION, "--source", source, "--out", tmp_path / "out"
+    )
+    assert completed.returncode == 2, completed.stderr
+    assert completed.stderr.count("\n") == 1 and problem in completed.stderr, completed.stderr
+    assert f"test cell '{grade_id}'" in completed.stderr
+    assert not (tmp_path / "out" / "grades.csv").exists()
 
 
 def test_an_instructor_notebook_with_an_assert_in_a_hidden_block_is_refused_at_load(tmp_path):
