@@ -8,6 +8,7 @@ it gets a row that says why, and nothing it points to is graded.
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 UNSAFE_CHARACTERS = re.compile(r"[^A-Za-z0-9._-]+")
@@ -19,6 +20,18 @@ PLAIN_ID = re.compile(rf"{PLAIN_PART}(?:/{PLAIN_PART})*")
 NAME_LIMIT = 100  # characters of a report name, before the hash of an id that is not plain
 HASH_LENGTH = 16  # hexadecimal digits of that hash
 CHECKPOINTS = ".ipynb_checkpoints"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A notebook to grade: its id (its path under the folder it was found in, unique in the
+    run) and where it is. Once read (``pipeline.read``), it carries its bytes, or why they could
+    not be read as a submission, so that a Dask worker on another machine grades it as is."""
+
+    id: str
+    path: Path
+    raw: bytes | None = None  # the file's bytes, once read
+    refused: tuple[str, str] | None = None  # (status, reason) when it could not be read
 
 
 def missing_paths(paths: list[Path]) -> list[Path]:
@@ -63,9 +76,10 @@ def unique_ids(found: list[tuple[str, Path]]) -> list[tuple[str, Path]]:
     return unique
 
 
-def discover(paths: list[Path]) -> list[tuple[str, Path]]:
-    """(unique submission id, path) of every notebook under the given paths."""
-    return unique_ids([found for root in paths for found in notebooks_under(root)])
+def discover(paths: list[Path]) -> list[Submission]:
+    """Every notebook under the given paths, each with a unique id, not yet read."""
+    found = unique_ids([found for root in paths for found in notebooks_under(root)])
+    return [Submission(submission_id, path) for submission_id, path in found]
 
 
 def safe_name(submission_id: str) -> str:

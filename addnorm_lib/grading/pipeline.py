@@ -58,31 +58,48 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from addnorm_lib.grading import assemble, cgroups, discover, execute, judge, report, sandbox
+from addnorm_lib.grading.discover import Submission
 from addnorm_lib.grading.judge import Grade
 from addnorm_lib.grading.settings import Settings, grading_digest, parse_command_line
 
 DEFAULT_SOURCE = Settings().source
 
 
+def read(submission: Submission, settings: Settings) -> Submission:
+    """The *read* stage: the submission with its bytes, or with why they cannot be read as a
+    submission (a link, too big, gone: ``refused``). Never raises."""
+    try:
+        raw = assemble.read_file(submission.path, settings.notebook_mb)
+    except assemble.SubmissionRejected as rejected:
+        return replace(submission, refused=(rejected.status, rejected.reason))
+    except OSError as err:
+        return replace(submission, refused=("error", f"cannot read the file: {err}"[:300]))
+    return replace(submission, raw=raw)
+
+
 def grade_submission(
-    submission_id: str, path: Path, assignments: dict, settings: Settings, box: sandbox.Sandbox
+    submission: Submission, assignments: dict, settings: Settings, box: sandbox.Sandbox
 ) -> Grade:
-    """Grade one submission; never raises (an unexpected failure is the status ``error``).
+    """Grade one submission, read or not (:func:`read`); never raises (an unexpected failure is
+    the status ``error``).
 
     A submission that cannot be graded (``malformed``, ...) gets 0 out of the points of the
     assignment it was meant for, where ``--assignment`` or its file name says which.
     """
     start = time.monotonic()
-    grade = Grade(submission_id, None, "error")
+    grade = Grade(submission.id, None, "error")
     grade.settings_sha256 = grading_digest(settings, box.isolated)
     try:
-        run_stages(grade, path, assignments, settings, box)
+        run_stages(grade, submission, assignments, settings, box)
     except assemble.SubmissionRejected as rejected:
         grade.status, grade.reason = rejected.status, rejected.reason
+        path = submission.path
         named = settings.assignment or assemble.named_in_file_name(path, assignments)
         if grade.assignment is None and named:  # 0 out of that assignment's points
             grade.assignment, grade.max_total = named, assignments[named].max_total
@@ -94,14 +111,22 @@ def grade_submission(
 
 
 def run_stages(
-    grade: Grade, path: Path, assignments: dict, settings: Settings, box: sandbox.Sandbox
+    grade: Grade,
+    submission: Submission,
+    assignments: dict,
+    settings: Settings,
+    box: sandbox.Sandbox,
 ) -> None:
-    """Fill in ``grade``: read the submission, assemble it, run it in the sandbox (once more,
-    for the hidden tests, if its kernel died before them: ``execute.recovered``), judge it."""
-    raw = assemble.read_file(path, settings.notebook_mb)
-    grade.sha256 = hashlib.sha256(raw).hexdigest()
-    student = assemble.read_submission(raw)
-    assignment = assemble.assignment_of(student, path, assignments, settings.assignment)
+    """Fill in ``grade``, stage by stage: read the submission (unless it was), identify its
+    assignment, assemble it, execute it in the sandbox (once more, for the hidden tests, if its
+    kernel died before them: ``execute.recovered``), judge it."""
+    if submission.raw is None and submission.refused is None:
+        submission = read(submission, settings)
+    if submission.refused is not None:
+        raise assemble.SubmissionRejected(*submission.refused)
+    grade.sha256 = hashlib.sha256(submission.raw).hexdigest()
+    student = assemble.read_submission(submission.raw)
+    assignment = assemble.assignment_of(student, submission.path, assignments, settings.assignment)
     grade.assignment, grade.max_total = assignment.name, assignment.max_total
     grade.source_sha256 = assignment.source_sha256
     graded, grade.notes = assemble.assemble(assignment, student)
@@ -122,13 +147,13 @@ def grade_one(path: Path, source: Path = DEFAULT_SOURCE, **options) -> Grade:
     path, settings = Path(path), Settings(Path(source), **options)
     assignments = assemble.load_assignments(settings.source)
     with sandbox.open_sandbox(settings) as box:
-        return grade_submission(path.name, path, assignments, settings, box)
+        return grade_submission(Submission(path.name, path), assignments, settings, box)
 
 
 def still_stands(
-    previous: Grade, path: Path, assignments: dict, settings: Settings, digest: str
+    previous: Grade, submission: Submission, assignments: dict, settings: Settings, digest: str
 ) -> bool:
-    """Whether an earlier run's grade of the submission at ``path`` can be kept.
+    """Whether an earlier run's grade of ``submission`` can be kept.
 
     Only an ``ok`` grade can: any other status may come from a fault of the machine (a full disk,
     a kill), and is graded again. It is kept when it was decided from the same file, against
@@ -138,14 +163,18 @@ def still_stands(
     """
     if previous.status != "ok" or previous.settings_sha256 != digest:
         return False
+    found = read(submission, settings)
+    if found.refused is not None:
+        return False
     try:
-        raw = assemble.read_file(path, settings.notebook_mb)
-        student = assemble.read_submission(raw)
-        assignment = assemble.assignment_of(student, path, assignments, settings.assignment)
-    except (assemble.SubmissionRejected, OSError):
+        student = assemble.read_submission(found.raw)
+        assignment = assemble.assignment_of(
+            student, submission.path, assignments, settings.assignment
+        )
+    except assemble.SubmissionRejected:
         return False
     return (
-        previous.sha256 == hashlib.sha256(raw).hexdigest()
+        previous.sha256 == hashlib.sha256(found.raw).hexdigest()
         and previous.assignment == assignment.name
         and previous.source_sha256 == assignment.source_sha256
     )
@@ -153,7 +182,7 @@ def still_stands(
 
 def unchanged_grades(
     outdir: Path,
-    submissions: list[tuple[str, Path]],
+    submissions: list[Submission],
     assignments: dict,
     settings: Settings,
     isolated: bool,
@@ -162,30 +191,51 @@ def unchanged_grades(
     a run with these settings, its kernels in the sandbox or not (``isolated``)."""
     digest = grading_digest(settings, isolated)
     kept = {}
-    for submission_id, path in submissions:
-        previous = report.read_record(outdir, submission_id)
-        if previous is not None and still_stands(previous, path, assignments, settings, digest):
-            kept[submission_id] = previous
+    for submission in submissions:
+        previous = report.read_record(outdir, submission.id)
+        if previous is not None and still_stands(
+            previous, submission, assignments, settings, digest
+        ):
+            kept[submission.id] = previous
     return kept
 
 
-def grade_all(todo, assignments: dict, box: sandbox.Sandbox, outdir: Path, grades: dict) -> None:
-    """Grade the submissions of ``todo``, ``jobs`` at a time, into ``grades``.
-
-    Each grade is reported as soon as it is known.
-    """
+def graded_locally(
+    todo: list[Submission], assignments: dict, box: sandbox.Sandbox
+) -> Iterator[Grade]:
+    """The local runner: the grades of ``todo``, ``--jobs`` at a time in this machine's sandbox
+    (its warm kernels), each as soon as it is known."""
     settings = box.settings
     with ThreadPoolExecutor(max_workers=settings.jobs) as pool:
         futures = [
-            pool.submit(grade_submission, submission_id, path, assignments, settings, box)
-            for submission_id, path in todo
+            pool.submit(grade_submission, submission, assignments, settings, box)
+            for submission in todo
         ]
-        for done, future in enumerate(as_completed(futures), start=1):
-            grade = future.result()
-            grades[grade.submission] = grade
-            report.save_grade(outdir, grade)
-            report.write_reports(outdir, list(grades.values()), assignments, box.describe())
-            report.progress(done, len(todo), grade)
+        for future in as_completed(futures):
+            yield future.result()
+
+
+def collect(grades_in: Iterable[Grade], total: int, context: "RunContext") -> None:
+    """Save and report each grade of a runner as it arrives, into ``context.grades``: an
+    interrupted run loses nothing."""
+    for done, grade in enumerate(grades_in, start=1):
+        context.grades[grade.submission] = grade
+        report.save_grade(context.outdir, grade)
+        report.write_reports(
+            context.outdir, list(context.grades.values()), context.assignments, context.confinement
+        )
+        report.progress(done, total, grade)
+
+
+@dataclass
+class RunContext:
+    """What every runner reports into: the output folder, the grades so far (kept ones
+    included), the assignments and how the kernels were confined."""
+
+    outdir: Path
+    grades: dict[str, Grade]
+    assignments: dict
+    confinement: dict
 
 
 def warn(message: str) -> None:
@@ -274,7 +324,11 @@ def without_group_limits(group_problem: str, arguments: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The command line: grade, write the reports, print a summary; the exit status."""
+    """The command line: grade, write the reports, print a summary; the exit status.
+
+    The runner is this machine (:func:`grade_here`) or, with ``--dask-scheduler``, a Dask
+    cluster (:func:`~.cluster.grade_on_cluster`); both run the same stages on each submission.
+    """
     paths, settings = parse_command_line(argv)
     assignments = load_assignments_for(paths, settings)
     if assignments is None:
@@ -283,6 +337,37 @@ def main(argv: list[str] | None = None) -> int:
     submissions = discover.discover(paths)
     if not submissions:
         warn("no notebooks found in " + ", ".join(map(str, paths)))
+    if settings.dask_scheduler:
+        from addnorm_lib.grading import cluster  # distributed: imported for a cluster run only
+
+        return cluster.grade_on_cluster(submissions, assignments, settings, outdir)
+    return grade_here(submissions, assignments, settings, outdir, argv)
+
+
+def closing_words(
+    submissions: list[Submission],
+    context: "RunContext",
+    forked: int | str,
+    group_problem: str | None,
+) -> str:
+    """What the run prints last: one notebook's points table, or a class's summary (with the
+    warm kernels forked, and why there were no group limits, if there were none)."""
+    grades, outdir = list(context.grades.values()), context.outdir
+    if len(submissions) == 1:
+        (grade,) = grades
+        return report.points_table(grade, report.feedback_path(outdir, grade.submission))
+    return report.summary(grades, forked, outdir, group_problem)
+
+
+def grade_here(
+    submissions: list[Submission],
+    assignments: dict,
+    settings: Settings,
+    outdir: Path,
+    argv: list[str] | None,
+) -> int:
+    """Grade ``submissions`` on this machine (the local runner, :func:`graded_locally`); the
+    exit status."""
     problem = sandbox.sandbox_problem(settings)
     if problem and len(submissions) > 1 and not settings.no_sandbox:
         fail(UNPROTECTED.format(problem=problem))
@@ -299,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     grades = {}
     if settings.resume:
         grades = unchanged_grades(outdir, submissions, assignments, settings, problem is None)
-    todo = [submission for submission in submissions if submission[0] not in grades]
+    todo = [submission for submission in submissions if submission.id not in grades]
     execute.start_pytest_server()  # these three start at once: each imports for a second or two
     judge.start_judge()
     with sandbox.open_sandbox(settings, warm=len(todo) > 1) as box:
@@ -315,12 +400,8 @@ def main(argv: list[str] | None = None) -> int:
             warn(f"no group limits ({box.group_problem}): each kernel process has its own limits")
         if not problem and os.geteuid() == 0:
             warn(AS_ROOT)
-        report.write_reports(outdir, list(grades.values()), assignments, box.describe())
-        grade_all(todo, assignments, box, outdir, grades)
-    if len(submissions) == 1:
-        (grade,) = grades.values()
-        print(report.points_table(grade, report.feedback_path(outdir, grade.submission)))
-    else:
-        forked = box.warm_kernels_forked
-        print(report.summary(list(grades.values()), forked, outdir, box.group_problem))
+        context = RunContext(outdir, grades, assignments, box.describe())
+        report.write_reports(outdir, list(grades.values()), assignments, context.confinement)
+        collect(graded_locally(todo, assignments, box), len(todo), context)
+    print(closing_words(submissions, context, box.warm_kernels_forked, box.group_problem))
     return 0

@@ -265,10 +265,11 @@ def progress(done: int, total: int, grade: Grade) -> None:
 
 
 def summary(
-    grades: list[Grade], warm_kernels: int, outdir: Path, group_problem: str | None = None
+    grades: list[Grade], warm_kernels: int | str, outdir: Path, group_problem: str | None = None
 ) -> str:
-    """The closing line of a batch: how many submissions, by status, whether the kernels had no
-    group limits (``group_problem``: why), and where the reports are."""
+    """The closing line of a batch: how many submissions, by status, the warm kernels (a count,
+    or where they ran), whether the kernels had no group limits (``group_problem``: why), and
+    where the reports are."""
     counts = {status: sum(g.status == status for g in grades) for status in STATUSES}
     by_status = ", ".join(f"{n} {status}" for status, n in counts.items() if n)
     limits = "" if group_problem is None else f"no group limits ({printable(group_problem)}); "

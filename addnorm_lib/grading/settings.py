@@ -21,9 +21,10 @@ from pathlib import Path
 COURSE_ROOT = Path(__file__).resolve().parents[2]
 
 
-def flag(help_text: str, name: str | None = None) -> dict:
-    """A field's metadata: its flag's help text and, when not derived from the field, its name."""
-    return {"help": help_text, "flag": name}
+def flag(help_text: str, name: str | None = None, metavar: str = "NAME") -> dict:
+    """A field's metadata: its flag's help text, its name when not derived from the field, and
+    (for text) the word its value is shown as in the help."""
+    return {"help": help_text, "flag": name, "metavar": metavar}
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,15 @@ class Settings:
             "process or CPU cap); needed to grade several notebooks where no cgroup can be made"
         ),
     )
+    dask_scheduler: str = field(
+        default="",
+        metadata=flag(
+            "grade on a Dask cluster: the address of its running scheduler (tcp://HOST:8786); "
+            "each worker grades in a sandbox and warm kernels of its own (start workers with "
+            "DASK_DISTRIBUTED__WORKER__DAEMON=False dask worker ADDRESS --nthreads N)",
+            metavar="ADDRESS",
+        ),
+    )
     assignment: str = field(
         default="",
         metadata=flag(
@@ -82,9 +92,10 @@ class Settings:
 
 
 # Settings that change no grade: where the instructor's notebooks are (their contents count, in
-# each record's digest of its notebook), where the reports go, how many run at once, --resume.
+# each record's digest of its notebook), where the reports go, how many run at once, --resume,
+# and where they run (a Dask cluster's workers grade as this machine would).
 # Any other setting, a new one included, is part of grading_digest.
-NO_GRADE_CHANGE = ("source", "out", "jobs", "resume")
+NO_GRADE_CHANGE = ("source", "out", "jobs", "resume", "dask_scheduler")
 
 
 # The code that decides grades: the grader, the checks and the references they judge against.
@@ -141,7 +152,8 @@ def argument_options(option: Field) -> dict:
     if option.type is bool:
         return {**options, "action": "store_true", "help": option.metadata["help"]}
     if option.type is str:
-        return {**options, "type": str, "help": option.metadata["help"], "metavar": "NAME"}
+        metavar = option.metadata["metavar"]
+        return {**options, "type": str, "help": option.metadata["help"], "metavar": metavar}
     parse = positive(option.type) if option.type in (int, float) else Path
     help_text = option.metadata["help"] + " (default: %(default)s)"
     return {**options, "type": parse, "help": help_text}

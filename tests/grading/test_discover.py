@@ -1,10 +1,12 @@
 """Finding the submissions: every notebook once, each with an id and a safe report name."""
 
 import re
+from dataclasses import astuple
 
 import pytest
 
 from addnorm_lib.grading import discover
+from addnorm_lib.grading.discover import Submission
 
 
 def test_discover_gives_every_notebook_a_unique_id(tmp_path):
@@ -13,15 +15,17 @@ def test_discover_gives_every_notebook_a_unique_id(tmp_path):
         (tmp_path / path).write_text("{}")
     single = tmp_path / "a" / "hw.ipynb"
     found = discover.discover([tmp_path, single])
-    assert [submission for submission, _ in found] == ["a/hw.ipynb", "b/hw.ipynb", "hw.ipynb"]
-    assert [s for s, _ in discover.discover([single, single])] == ["hw.ipynb", "hw.ipynb~2"]
+    assert [submission.id for submission in found] == ["a/hw.ipynb", "b/hw.ipynb", "hw.ipynb"]
+    twice = discover.discover([single, single])
+    assert [s.id for s in twice] == ["hw.ipynb", "hw.ipynb~2"]
+    assert all(s.raw is None and s.refused is None for s in twice)  # found, not yet read
 
 
 def test_a_submission_keeps_its_path(tmp_path):
     (tmp_path / "ada").mkdir()
     notebook = tmp_path / "ada" / "layernorm.ipynb"
     notebook.write_text("{}")
-    assert discover.discover([tmp_path]) == [("ada/layernorm.ipynb", notebook)]
+    assert discover.discover([tmp_path]) == [Submission("ada/layernorm.ipynb", notebook)]
 
 
 def test_an_empty_folder_has_no_submissions(tmp_path):
@@ -53,10 +57,10 @@ def test_symlinks_are_listed_as_submissions_but_never_followed(tmp_path):
     (folder / "notes.txt").symlink_to(elsewhere / "layernorm.ipynb")  # not a notebook by name
     found = discover.discover([folder])
     assert found == [
-        ("ada/layernorm.ipynb", folder / "ada" / "layernorm.ipynb"),
-        ("dangling.ipynb", folder / "dangling.ipynb"),
-        ("link.ipynb", folder / "link.ipynb"),
-        ("linked", folder / "linked"),  # a row for the folder, nothing from inside it
+        Submission("ada/layernorm.ipynb", folder / "ada" / "layernorm.ipynb"),
+        Submission("dangling.ipynb", folder / "dangling.ipynb"),
+        Submission("link.ipynb", folder / "link.ipynb"),
+        Submission("linked", folder / "linked"),  # a row for the folder, nothing inside it
     ]
 
 
@@ -68,7 +72,7 @@ def test_a_symlink_given_as_a_path_is_a_submission_of_its_own(tmp_path):
     (tmp_path / "dangling.ipynb").symlink_to(tmp_path / "nowhere.ipynb")
     paths = [tmp_path / name for name in ("folder", "file.ipynb", "dangling.ipynb")]
     assert discover.missing_paths(paths) == []
-    assert discover.discover(paths) == [(path.name, path) for path in paths]
+    assert discover.discover(paths) == [Submission(path.name, path) for path in paths]
 
 
 def test_an_undecodable_file_name_gets_a_printable_id(tmp_path):
@@ -76,7 +80,7 @@ def test_an_undecodable_file_name_gets_a_printable_id(tmp_path):
     (tmp_path / "class").mkdir()
     with open(bytes(tmp_path / "class") + b"/" + name, "w") as file:
         file.write("{}")
-    ((submission_id, path),) = discover.discover([tmp_path / "class"])
+    ((submission_id, path, _, _),) = map(astuple, discover.discover([tmp_path / "class"]))
     assert submission_id == "caf\\xe9.ipynb"
     assert submission_id.encode("utf-8") and path.is_file()
 
