@@ -31,6 +31,8 @@ import traceback
 
 import psutil
 
+from addnorm_lib.grading.verdict import Verdict
+
 PRELOAD = (
     "numpy",
     "torch",
@@ -47,14 +49,8 @@ REQUEST_LIMIT = 2**20  # bytes of a request (the grader's own, a few hundred)
 MESSAGE_LIMIT = 20_000  # characters of a verdict's message sent back
 
 
-def verdict(folder_fd: int | None, name: str, seed: int, judges, unverified: dict) -> dict:
-    """Judge one check's record: ``{"verdict": ..., "message": ...}``.
-
-    verdict is one of ``passed`` (message: the record's unverified claims, ``"; "``-joined),
-    ``failed`` (the judge's CheckFailed), ``missing`` (no record), ``refused`` (the loader's
-    neutral reason), ``malformed``, ``memory`` (a MemoryError under the worker's limit) or
-    ``error`` (the exception's type only: its text could echo the record).
-    """
+def verdict(folder_fd: int | None, name: str, seed: int, judges, unverified: dict) -> Verdict:
+    """Judge one check's record (:class:`~.verdict.Verdict`'s kinds say what each means)."""
     from addnorm_lib.checks import CheckFailed, RecordMalformed
     from addnorm_lib.checks import _record as record
 
@@ -64,18 +60,18 @@ def verdict(folder_fd: int | None, name: str, seed: int, judges, unverified: dic
         data = record.load_from(folder_fd, record.observation_name(name, seed))
         judges[name](data, seed)
     except FileNotFoundError:
-        return {"verdict": "missing", "message": ""}
+        return Verdict("missing")
     except record.RecordRefused as refused:
-        return {"verdict": "refused", "message": str(refused)}
+        return Verdict("refused", str(refused))
     except RecordMalformed:
-        return {"verdict": "malformed", "message": ""}
+        return Verdict("malformed")
     except CheckFailed as failure:
-        return {"verdict": "failed", "message": str(failure)[:MESSAGE_LIMIT]}
+        return Verdict("failed", str(failure)[:MESSAGE_LIMIT])
     except MemoryError:
-        return {"verdict": "memory", "message": ""}
+        return Verdict("memory")
     except Exception as err:  # RecursionError, KeyError, ...: a record no judge expected
-        return {"verdict": "error", "message": type(err).__name__}
-    return {"verdict": "passed", "message": "; ".join(unverified.get(name, ()))}
+        return Verdict("error", type(err).__name__)
+    return Verdict("passed", "; ".join(unverified.get(name, ())))
 
 
 def address_space() -> int:
@@ -121,13 +117,13 @@ def serve(connection: socket.socket) -> None:
         folder_fd = None
     except OSError:  # a link where the folder should be, ...: every record is refused
         for _ in request["checks"]:
-            send(connection, {"verdict": "refused", "message": "not a regular file"})
+            send(connection, Verdict("refused", "not a regular file").to_dict())
         return
     for name, seed in request["checks"]:
         signal.alarm(int(request["check_seconds"]))
         result = verdict(folder_fd, str(name), int(seed), table, unverified)
         signal.alarm(0)
-        send(connection, result)
+        send(connection, result.to_dict())
 
 
 def worker(connection: socket.socket) -> None:

@@ -36,10 +36,10 @@ Results carry the cell's code-cell ordinal, id and nbgrader metadata, not nbval'
 """
 
 import contextlib
-import json
 import os
 import stat
 import time
+from dataclasses import replace
 from pathlib import Path
 from queue import Empty
 
@@ -50,6 +50,8 @@ from nbval.kernel import NbvalKernelspecManager, RunningKernel
 
 from addnorm_lib.checks import _record as record
 from addnorm_lib.grading._launch import KERNEL_FILE, SOCKET_PREFIX
+from addnorm_lib.grading.cell_record import HIDDEN_OF, SEAL, CellRecord, write_cell_records
+from addnorm_lib.grading.settings import Settings
 
 KERNEL_DIED = "the kernel died"
 OUTPUT_CAP = "[output past the grader's cap of {mb} MiB: dropped]"
@@ -183,7 +185,9 @@ def pytest_addoption(parser):
     parser.addoption("--addnorm-grades", default=None, help="write per-cell results as JSON here")
     parser.addoption("--addnorm-exchange", default=None, help="IPC sockets and connection file")
     parser.addoption("--addnorm-home", default=None, help="the kernel's working folder")
-    parser.addoption("--addnorm-output-mb", default=8.0, type=float, help="output cap, in MiB")
+    parser.addoption(
+        "--addnorm-output-mb", default=float(Settings.output_mb), type=float, help="output cap, MiB"
+    )
 
 
 def pytest_configure(config):
@@ -210,7 +214,7 @@ def hidden_tail_metadata(item) -> dict | None:
     other cell."""
     cell = getattr(item, "cell", None)
     found = (cell or {}).get("metadata", {}).get("addnorm")
-    return found if isinstance(found, dict) and "hidden_tests_of" in found else None
+    return found if isinstance(found, dict) and HIDDEN_OF in found else None
 
 
 def seal(observations: Path, names: list[str], sealed: Path) -> None:
@@ -232,12 +236,13 @@ def seal(observations: Path, names: list[str], sealed: Path) -> None:
 
 
 class GradeRecorder:
-    """Collects one record per executed notebook cell and writes them when the session ends;
-    seals the visible checks' records before the first hidden tail cell runs."""
+    """Collects a :class:`~.cell_record.CellRecord` per executed notebook cell and writes them
+    when the session ends; seals the visible checks' records before the first hidden tail cell
+    runs."""
 
     def __init__(self, path, observations: Path | None = None):
         self.path = path
-        self.cells = []
+        self.cells: list[CellRecord] = []
         self.observations = observations
         self.sealed: Path | None = None  # the sealed copies, once made
 
@@ -252,21 +257,16 @@ class GradeRecorder:
             return
         if self.sealed is None and self.observations is not None:
             sealed = Path(self.path).parent / SEALED
-            seal(self.observations, [str(name) for name in tail.get("seal", [])], sealed)
+            seal(self.observations, [str(name) for name in tail.get(SEAL, [])], sealed)
             self.sealed = sealed
-            for found in self.cells:  # every cell so far ran before the hidden tests
-                found["sealed"] = str(sealed)
-        if not self.passed(str(tail["hidden_tests_of"])):  # its cell has lost its points
+            # every cell so far ran before the hidden tests
+            self.cells = [replace(found, sealed=str(sealed)) for found in self.cells]
+        if not self.passed(str(tail[HIDDEN_OF])):  # its cell has lost its points
             pytest.skip(VISIBLE_FAILED)
 
     def passed(self, grade_id: str) -> bool:
         """Whether nbval passed the visible cell of the test cell ``grade_id``, in time."""
-        return any(
-            found["nbgrader"].get("grade_id") == grade_id
-            and found["status"] == "passed"
-            and not found["timed_out"]
-            for found in self.cells
-        )
+        return any(found.grade_id == grade_id and found.passed_in_time() for found in self.cells)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item):
@@ -277,32 +277,32 @@ class GradeRecorder:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item, call):
-        """Record the cell's outcome, id, nbgrader metadata and whether its kernel lives."""
+        """Record the cell's outcome, id, grade_id and whether its kernel lives."""
         outcome = yield
         report = outcome.get_result()
         cell = getattr(item, "cell", None)
         if cell is None:
             return
         if report.when == "call" or (report.when == "setup" and not report.passed):
-            text = "" if report.passed else report.longreprtext[-REPORT_CHARS:]
             kernel = getattr(item.parent, "kernel", None)
+            grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+            tail_of = (hidden_tail_metadata(item) or {}).get(HIDDEN_OF)
             self.cells.append(
-                {
-                    "code_index": item.cell_num,  # nbval counts code cells only, from 0
-                    "id": cell.get("id"),
-                    "nbgrader": dict(cell.get("metadata", {}).get("nbgrader", {})),
-                    "hidden_tests_of": (hidden_tail_metadata(item) or {}).get("hidden_tests_of"),
-                    # passed / failed / skipped; xfail only if nbval skipped it after a timeout
-                    "status": "not_run" if hasattr(report, "wasxfail") else report.outcome,
+                CellRecord(
+                    code_index=item.cell_num,  # nbval counts code cells only, from 0
+                    id=cell.get("id"),
+                    grade_id=None if grade_id is None else str(grade_id),
+                    hidden_tests_of=None if tail_of is None else str(tail_of),
+                    # passed / failed / skipped; not_run only if nbval skipped it after a timeout
+                    status="not_run" if hasattr(report, "wasxfail") else report.outcome,
                     # this process's clock ran out waiting for it (not what the cell said)
-                    "timed_out": report.when == "call"
+                    timed_out=report.when == "call"
                     and bool(getattr(kernel, "cell_timed_out", False)),
-                    "kernel_alive": bool(kernel is not None and kernel.is_alive()),
-                    "report": text,
-                }
+                    kernel_alive=bool(kernel is not None and kernel.is_alive()),
+                    report="" if report.passed else report.longreprtext[-REPORT_CHARS:],
+                )
             )
 
     def pytest_sessionfinish(self, session):
         """Write the records."""
-        with open(self.path, "w", encoding="utf-8") as file:
-            json.dump({"cells": self.cells}, file)
+        write_cell_records(Path(self.path), self.cells)

@@ -42,6 +42,7 @@ import addnorm_lib.checks as checks_module
 from addnorm_lib.authoring import release
 from addnorm_lib.checks import JUDGES
 from addnorm_lib.checks import _record as record
+from addnorm_lib.grading.cell_record import HIDDEN_OF, SEAL
 
 NBVAL_MARKER = re.compile(r"^\s*#\s*NBVAL_\w+.*$", re.MULTILINE)
 MIB = 2**20
@@ -231,10 +232,6 @@ def read_test_cell(cell, index: int, where: str) -> TestCell:
     return TestCell(
         meta["grade_id"], index, float(meta["points"]), hidden, checks, None, hidden_checks
     )
-
-
-HIDDEN_OF = "hidden_tests_of"  # the metadata key (under "addnorm") of a hidden tail cell
-SEAL = "seal"  # the records that the nbval plugin seals before the tail runs (visible checks')
 
 
 def hidden_tail(base, tests: list[TestCell], name: str) -> list[TestCell]:

@@ -21,15 +21,15 @@ Nothing here decides points: that is :mod:`~addnorm_lib.grading.judge`'s work.
 
 import contextlib
 import copy
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import nbformat
 
 from addnorm_lib.grading._pytest_runner import kill_marked, run_pytest, start_fork_server
-from addnorm_lib.grading.assemble import HIDDEN_OF
+from addnorm_lib.grading.cell_record import HIDDEN_OF, CellRecord, read_cell_records
 from addnorm_lib.grading.sandbox import RUN_MARKER, Sandbox, SubmissionFolders
 from addnorm_lib.grading.settings import Settings
 
@@ -38,7 +38,7 @@ from addnorm_lib.grading.settings import Settings
 class Execution:
     """What running a graded notebook left behind, for the judge."""
 
-    records: list[dict] | None  # one per executed cell; None if nbval produced no results
+    records: list[CellRecord] | None  # one per executed cell; None if nbval produced none
     wall_timeout: bool  # the notebook ran past its wall-clock limit and was stopped
     observations: Path  # the folder the checks recorded into
 
@@ -67,16 +67,6 @@ def pytest_arguments(
     ]
 
 
-RECORDS_LIMIT = 64 * 2**20  # the plugin caps each report; more than this is not a record of ours
-
-
-def read_records(path: Path) -> list[dict] | None:
-    """The cell records the nbval plugin wrote, or None if it wrote none (or too much)."""
-    if not path.exists() or path.stat().st_size > RECORDS_LIMIT:
-        return None
-    return json.loads(path.read_text())["cells"]
-
-
 def run_graded(
     graded, folders: SubmissionFolders, sandbox: Sandbox, settings: Settings
 ) -> Execution:
@@ -93,15 +83,47 @@ def run_graded(
         kill_marked(RUN_MARKER, str(folders.workdir))
     if exit_code is None:  # killed at the wall-clock limit
         return Execution(None, True, folders.observations)
-    return Execution(read_records(folders.records), False, folders.observations)
+    return Execution(read_cell_records(folders.records), False, folders.observations)
 
 
-@contextlib.contextmanager
-def executed(graded, sandbox: Sandbox, settings: Settings) -> Iterator[Execution]:
-    """Run a graded notebook in fresh folders of the sandbox (with the exchange's share: see
-    :mod:`~.sandbox`); they are removed at exit."""
-    with sandbox.submission() as folders:
-        yield run_graded(graded, folders, sandbox, settings)
+class Executor(Protocol):
+    """Runs graded notebooks: the one way the grader reaches a kernel.
+
+    ``execute(graded)`` is a context manager whose value is the :class:`Execution` (its cell
+    records, and the folder its checks recorded into, which lasts until the context ends);
+    ``isolated`` says whether its kernels run in the sandbox (a grade's settings digest keeps
+    it). Timeouts are the executor's own clock's. The grader's is :class:`NbvalExecutor`; the
+    suite grades trusted mutants with a second one (``tests/inprocess.py``) that runs the cells
+    in its own process.
+    """
+
+    isolated: bool
+
+    def execute(self, graded) -> contextlib.AbstractContextManager[Execution]:
+        """Run ``graded``; the context's value is what it left for the judge."""
+        ...
+
+
+@dataclass(frozen=True)
+class NbvalExecutor:
+    """The grader's executor: ``pytest --nbval-lax`` with the grader's plugin, in a process of
+    its own (forked from the pytest fork server), on a kernel of ``sandbox``, under the per-cell
+    and per-notebook limits of ``settings``."""
+
+    sandbox: Sandbox
+    settings: Settings
+
+    @property
+    def isolated(self) -> bool:
+        """Whether its kernels run in the sandbox."""
+        return self.sandbox.isolated
+
+    @contextlib.contextmanager
+    def execute(self, graded) -> Iterator[Execution]:
+        """Run a graded notebook in fresh folders of the sandbox (with the exchange's share:
+        see :mod:`~.sandbox`); they are removed at exit."""
+        with self.sandbox.submission() as folders:
+            yield run_graded(graded, folders, self.sandbox, self.settings)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -115,21 +137,18 @@ def tail_of(cell) -> str | None:
     return str(found[HIDDEN_OF]) if isinstance(found, dict) and HIDDEN_OF in found else None
 
 
-def death(records: list[dict]) -> int | None:
+def death(records: list[CellRecord]) -> int | None:
     """The code-cell index of the cell the kernel died in (its first record with a dead kernel:
     every later cell found it dead), or None if it lived to the end."""
-    return next((found["code_index"] for found in records if not found["kernel_alive"]), None)
+    return next((found.code_index for found in records if not found.kernel_alive), None)
 
 
-def passed_before(records: list[dict], died: int) -> set[str]:
+def passed_before(records: list[CellRecord], died: int) -> set[str]:
     """The grade_ids of the cells nbval passed, in time, before code cell ``died``."""
     return {
-        str(found["nbgrader"]["grade_id"])
+        found.grade_id
         for found in records
-        if found["code_index"] < died
-        and found["status"] == "passed"
-        and not found["timed_out"]
-        and found.get("nbgrader", {}).get("grade_id")
+        if found.code_index < died and found.passed_in_time() and found.grade_id
     }
 
 
@@ -140,7 +159,7 @@ def blanked(cell) -> None:
     cell.source, cell.metadata, cell.outputs, cell.execution_count = "", {}, [], None
 
 
-def recovery_notebook(graded, records: list[dict] | None):
+def recovery_notebook(graded, records: list[CellRecord] | None):
     """The notebook of the recovery run, or None when there is nothing to recover: no records,
     a kernel that did not die, or died in the tail, or no tail cell of a test cell that passed
     before it died.
@@ -168,15 +187,13 @@ def recovery_notebook(graded, records: list[dict] | None):
 
 
 @contextlib.contextmanager
-def recovered(
-    graded, first: Execution, sandbox: Sandbox, settings: Settings
-) -> Iterator[Execution | None]:
-    """The recovery run of ``graded`` after its ``first`` run, in fresh folders removed at exit
-    (:func:`executed`); None when there is nothing to recover (:func:`recovery_notebook`). One
-    at most: nothing runs a third time."""
+def recovered(graded, first: Execution, executor: Executor) -> Iterator[Execution | None]:
+    """The recovery run of ``graded`` after its ``first`` run, by the same executor (fresh
+    folders, removed at exit); None when there is nothing to recover (:func:`recovery_notebook`).
+    One at most: nothing runs a third time."""
     notebook = recovery_notebook(graded, first.records)  # none after the wall clock ran out
     if notebook is None:
         yield None
         return
-    with executed(notebook, sandbox, settings) as again:
+    with executor.execute(notebook) as again:
         yield again

@@ -64,13 +64,15 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from addnorm_lib.checks import _record as record
 from addnorm_lib.grading._pytest_runner import single_threaded
 from addnorm_lib.grading.assemble import Assignment, TestCell
+from addnorm_lib.grading.cell_record import CellRecord
+from addnorm_lib.grading.verdict import Verdict
 
 if TYPE_CHECKING:  # the judge needs no sandbox: the recovery run is just records and a folder
     from addnorm_lib.grading.execute import Execution
@@ -320,7 +322,7 @@ def _kill(pid: int, pidfd: int | None) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def _run_worker(checks: list, folder: Path) -> tuple[list[dict], str | None]:
+def _run_worker(checks: list, folder: Path) -> tuple[list[Verdict], str | None]:
     """Judge ``checks`` in one worker: their verdicts in order, as far as it got, and why it
     stopped early (``"timeout"`` or ``"stopped"``), or None if it judged them all."""
     request = {
@@ -349,7 +351,7 @@ def _run_worker(checks: list, folder: Path) -> tuple[list[dict], str | None]:
     raise JudgeUnavailable("the judge's worker could not be started")
 
 
-def _verdicts(lines: _Lines, pid: int, count: int) -> tuple[list[dict], str | None]:
+def _verdicts(lines: _Lines, pid: int, count: int) -> tuple[list[Verdict], str | None]:
     try:
         pidfd = os.pidfd_open(pid)
     except (OSError, AttributeError):
@@ -366,26 +368,26 @@ def _verdicts(lines: _Lines, pid: int, count: int) -> tuple[list[dict], str | No
             if line is None:  # its alarm ended it, or its memory, or a crash
                 late = time.monotonic() - start >= 0.9 * JUDGE_CHECK_SECONDS  # clocks differ
                 return verdicts, "timeout" if late else "stopped"
-            verdicts.append(json.loads(line))
+            verdicts.append(Verdict.from_dict(json.loads(line)))
         return verdicts, None
     finally:
         if pidfd is not None:
             os.close(pidfd)
 
 
-def judge_records(checks, folder: Path) -> dict[tuple[str, int], dict]:
+def judge_records(checks, folder: Path) -> dict[tuple[str, int], Verdict]:
     """The verdict on each ``(check name, seed)``'s record in ``folder`` (see ``_judge_worker``).
 
     One worker judges them all, in order; if it dies or runs out of time on one, that one's
     verdict is ``timeout`` or ``stopped`` and a new worker judges the rest.
     """
     pending = list(dict.fromkeys((str(name), int(seed)) for name, seed in checks))
-    verdicts: dict[tuple[str, int], dict] = {}
+    verdicts: dict[tuple[str, int], Verdict] = {}
     while pending:
         done, stopped = _run_worker(pending, folder)
         verdicts.update(zip(pending, done, strict=False))
         if stopped is not None:
-            verdicts[pending[len(done)]] = {"verdict": stopped, "message": ""}
+            verdicts[pending[len(done)]] = Verdict(stopped)
         pending = [check for check in pending if check not in verdicts]
     return verdicts
 
@@ -393,9 +395,9 @@ def judge_records(checks, folder: Path) -> dict[tuple[str, int], dict]:
 JUDGE_LIMITS = f"{JUDGE_MEMORY_MB} MiB of memory, {JUDGE_CHECK_SECONDS:g} s"
 
 
-def failure_message(name: str, seed: int, verdict: dict) -> str | None:
+def failure_message(name: str, seed: int, verdict: Verdict) -> str | None:
     """What a test cell says about one visible check's verdict: None if it passed."""
-    kind, detail = verdict["verdict"], verdict["message"]
+    kind, detail = verdict.kind, verdict.message
     where = f"{name}(seed={seed})"
     messages = {
         "passed": None,
@@ -415,10 +417,10 @@ def failure_message(name: str, seed: int, verdict: dict) -> str | None:
     return messages.get(kind, f"{where}: {UNUSABLE}.")
 
 
-def hidden_failure_message(name: str, verdict: dict) -> str | None:
+def hidden_failure_message(name: str, verdict: Verdict) -> str | None:
     """What a test cell says about one hidden check's verdict: None if it passed. Never the
     judge's text (it may quote the hidden case) nor the seed: the grader's words and the name."""
-    kind = verdict["verdict"]
+    kind = verdict.kind
     if kind == "passed":
         return None
     if kind == "missing":
@@ -437,76 +439,73 @@ def judge_checks(test: TestCell, verdicts: dict) -> tuple[bool, str]:
         message = failure_message(name, seed, verdict)
         if message is not None:
             return False, message
-        claims += [claim for claim in verdict["message"].split("; ") if claim]
+        claims += [claim for claim in verdict.message.split("; ") if claim]
     if not claims:
         return True, ""
     unverified = "; ".join(dict.fromkeys(claims))
     return True, f"{PASSED_WITH_CLAIMS} {unverified}."
 
 
-def records_by_cell(assignment: Assignment, records: list[dict] | None) -> dict[int, dict]:
-    """nbval's records by the position of their cell in the notebook (nbval counts code cells)."""
+def records_by_cell(
+    assignment: Assignment, records: list[CellRecord] | None
+) -> dict[int, CellRecord]:
+    """The executor's records by the position of their cell in the notebook (records count code
+    cells)."""
     cells = assignment.graded_base.cells
     code_positions = [i for i, cell in enumerate(cells) if cell.cell_type == "code"]
     by_position = {}
     for found in records or []:
-        if found["code_index"] < len(code_positions):
-            by_position[code_positions[found["code_index"]]] = found
+        if found.code_index < len(code_positions):
+            by_position[code_positions[found.code_index]] = found
     return by_position
 
 
-def judge_cell(test: TestCell, found: dict | None, verdicts: dict, cell_timeout: float):
+def judge_cell(test: TestCell, found: CellRecord | None, verdicts: dict, cell_timeout: float):
     """(status, message) of one test cell's visible part, from its nbval record and its checks'
     verdicts."""
     if found is None:
         return "not_run", "Not run: the notebook stopped before this cell."
-    if found["timed_out"]:  # the grader's clock ran out on it (_nbval_grades), not its text
+    if found.timed_out:  # the executor's clock ran out on it (_nbval_grades), not its text
         return (
             "timeout",
             f"Timeout: the cell ran longer than {cell_timeout:g} s and was interrupted.",
         )
     passed, message = judge_checks(test, verdicts)
-    if found["status"] == "passed":
+    if found.status == "passed":
         return ("passed" if passed else "failed"), message
     if passed or NO_RESULT in message:  # then nbval's own failure says more
-        message = clean_message(found["report"]) or f"nbval: {found['status']}"
+        message = clean_message(found.report) or f"nbval: {found.status}"
     return "failed", message
 
 
-def judge_hidden(test: TestCell, found: dict | None, verdicts: dict, cell_timeout: float):
+def judge_hidden(test: TestCell, found: CellRecord | None, verdicts: dict, cell_timeout: float):
     """(status, message) of one test cell's hidden tail cell: ``passed`` only when it ran,
     passed and every hidden check's record passed its judge. Its record's report is never read."""
     if found is None:
         return "not_run", HIDDEN_NOT_RUN
-    if found["timed_out"]:
+    if found.timed_out:
         return "timeout", HIDDEN_TIMEOUT.format(seconds=cell_timeout)
     for name, seed in test.hidden_checks:
         message = hidden_failure_message(name, verdicts[(name, seed)])
         if message is not None:
             return "failed", message
-    if found["status"] != "passed":
+    if found.status != "passed":
         return "failed", HIDDEN_ERROR
     return "passed", ""
 
 
-def visible_folder(found: dict | None, observations: Path) -> Path:
-    """Where a visible cell's checks are judged from: the copies the nbval plugin sealed before
-    the hidden tests ran (its record says where), else the observations folder (no hidden test
-    had run: the notebook has none, or stopped before them)."""
-    sealed = (found or {}).get("sealed")
-    return Path(sealed) if sealed else Path(observations)
-
-
-def hidden_folder(tail: dict | None, observations: Path) -> Path:
-    """Where a tail cell's hidden checks are judged from: the recovery run's observations (its
-    record says where: :func:`recovered_records`), else ``observations``."""
-    again = (tail or {}).get("observations")
-    return Path(again) if again else Path(observations)
+def records_folder(found: CellRecord | None, observations: Path, hidden: bool = False) -> Path:
+    """Where a cell's checks are judged from. A visible cell's: the copies the nbval plugin
+    sealed before the hidden tests ran (its record's ``sealed``). A tail cell's (``hidden``):
+    the recovery run's observations (its record's ``observations``: :func:`recovered_records`).
+    Else the run's ``observations`` (no hidden test had run, or the first run's tail)."""
+    chosen = None if found is None else (found.observations if hidden else found.sealed)
+    return Path(chosen) if chosen else Path(observations)
 
 
 def recovered_records(
-    records: list[dict] | None, recovery: "Execution | None"
-) -> list[dict] | None:
+    records: list[CellRecord] | None, recovery: "Execution | None"
+) -> list[CellRecord] | None:
     """``records`` with the tail cells' records of the ``recovery`` run in place of their own.
 
     The first run's tail records all go (its kernel died before them); of the recovery run's
@@ -518,10 +517,10 @@ def recovered_records(
         return records
     tails, alive = [], not recovery.wall_timeout
     for found in recovery.records or []:
-        if alive and found.get("hidden_tests_of"):
-            tails.append({**found, "observations": str(recovery.observations)})
-        alive = alive and found["kernel_alive"]
-    return [found for found in records if not found.get("hidden_tests_of")] + tails
+        if alive and found.hidden_tests_of:
+            tails.append(replace(found, observations=str(recovery.observations)))
+        alive = alive and found.kernel_alive
+    return [found for found in records if not found.hidden_tests_of] + tails
 
 
 def judge(
@@ -538,22 +537,23 @@ def judge(
     wanted: dict[Path, list] = {}
     for test in assignment.tests:
         found = by_position.get(test.index)
-        if found is not None and not found["timed_out"]:
-            wanted.setdefault(visible_folder(found, observations), []).extend(test.checks)
+        if found is not None and not found.timed_out:
+            wanted.setdefault(records_folder(found, observations), []).extend(test.checks)
         tail = by_position.get(test.hidden_index) if test.hidden_index is not None else None
-        if tail is not None and not tail["timed_out"]:
-            wanted.setdefault(hidden_folder(tail, observations), []).extend(test.hidden_checks)
+        if tail is not None and not tail.timed_out:
+            hidden_at = records_folder(tail, observations, hidden=True)
+            wanted.setdefault(hidden_at, []).extend(test.hidden_checks)
     verdicts = {
         folder: judge_records(checks, folder) if checks else {} for folder, checks in wanted.items()
     }
     cells = []
     for test in assignment.tests:
         found = by_position.get(test.index)
-        mine = verdicts.get(visible_folder(found, observations), {})
+        mine = verdicts.get(records_folder(found, observations), {})
         status, message = judge_cell(test, found, mine, cell_timeout)
         if status == "passed" and test.hidden_index is not None:
             tail = by_position.get(test.hidden_index)
-            hidden = verdicts.get(hidden_folder(tail, observations), {})
+            hidden = verdicts.get(records_folder(tail, observations, hidden=True), {})
             status, said = judge_hidden(test, tail, hidden, cell_timeout)
             message = message if status == "passed" else said
         points = test.points if status == "passed" else 0.0
@@ -572,12 +572,12 @@ def notebook_status(records, wall_timeout: bool, cells: list[CellGrade]) -> tupl
     if records is None:
         return "error", "nbval produced no results"
     timed_out = [c.grade_id for c in cells if c.status == "timeout"]
-    if any(r["timed_out"] for r in records):
+    if any(found.timed_out for found in records):
         which = f" ({', '.join(timed_out)})" if timed_out else ""
         return "timeout", "a cell exceeded the per-cell timeout" + which
-    died = [r for r in records if not r["kernel_alive"]]
-    if died and died[0].get("hidden_tests_of"):
-        return "kernel_died", f"the kernel died in the hidden tests of {died[0]['hidden_tests_of']}"
+    died = [found for found in records if not found.kernel_alive]
+    if died and died[0].hidden_tests_of:
+        return "kernel_died", f"the kernel died in the hidden tests of {died[0].hidden_tests_of}"
     if died:
-        return "kernel_died", f"the kernel died in code cell {died[0]['code_index']}"
+        return "kernel_died", f"the kernel died in code cell {died[0].code_index}"
     return "ok", ""

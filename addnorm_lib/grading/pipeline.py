@@ -86,17 +86,25 @@ def read(submission: Submission, settings: Settings) -> Submission:
 def grade_submission(
     submission: Submission, assignments: dict, settings: Settings, box: sandbox.Sandbox
 ) -> Grade:
-    """Grade one submission, read or not (:func:`read`); never raises (an unexpected failure is
-    the status ``error``).
+    """Grade one submission, read or not (:func:`read`), in a kernel of ``box``; never raises
+    (an unexpected failure is the status ``error``)."""
+    return grade_with(execute.NbvalExecutor(box, settings), submission, assignments, settings)
+
+
+def grade_with(
+    executor: execute.Executor, submission: Submission, assignments: dict, settings: Settings
+) -> Grade:
+    """Grade one submission with ``executor`` (:class:`~.execute.Executor`); never raises (an
+    unexpected failure is the status ``error``).
 
     A submission that cannot be graded (``malformed``, ...) gets 0 out of the points of the
     assignment it was meant for, where ``--assignment`` or its file name says which.
     """
     start = time.monotonic()
     grade = Grade(submission.id, None, "error")
-    grade.settings_sha256 = grading_digest(settings, box.isolated)
+    grade.settings_sha256 = grading_digest(settings, executor.isolated)
     try:
-        run_stages(grade, submission, assignments, settings, box)
+        run_stages(grade, submission, assignments, settings, executor)
     except assemble.SubmissionRejected as rejected:
         grade.status, grade.reason = rejected.status, rejected.reason
         path = submission.path
@@ -115,11 +123,20 @@ def run_stages(
     submission: Submission,
     assignments: dict,
     settings: Settings,
-    box: sandbox.Sandbox,
+    executor: execute.Executor,
 ) -> None:
-    """Fill in ``grade``, stage by stage: read the submission (unless it was), identify its
-    assignment, assemble it, execute it in the sandbox (once more, for the hidden tests, if its
-    kernel died before them: ``execute.recovered``), judge it."""
+    """Fill in ``grade``, stage by stage (the stages after *discover*):
+
+    1. *read* the submission, unless it was (:func:`read`);
+    2. *identify* it: the notebook in it, and its assignment (``assemble.read_submission``,
+       ``assemble.assignment_of``);
+    3. *assemble* the graded notebook (``assemble.assemble``);
+    4. *execute* it (``executor.execute``; once more, for the hidden tests, if its kernel died
+       before them: ``execute.recovered``);
+    5. *judge* its records (``judge.judge``, ``judge.notebook_status``).
+
+    The *report* stage is the runner's (:func:`collect`).
+    """
     if submission.raw is None and submission.refused is None:
         submission = read(submission, settings)
     if submission.refused is not None:
@@ -131,8 +148,8 @@ def run_stages(
     grade.source_sha256 = assignment.source_sha256
     graded, grade.notes = assemble.assemble(assignment, student)
     with (
-        execute.executed(graded, box, settings) as run,
-        execute.recovered(graded, run, box, settings) as again,
+        executor.execute(graded) as run,
+        execute.recovered(graded, run, executor) as again,
     ):
         timeout = settings.cell_timeout
         grade.cells = judge.judge(assignment, run.records, run.observations, timeout, again)

@@ -1365,14 +1365,14 @@ def test_in_process_cells_share_a_namespace_and_fail_one_at_a_time():
         ]
     )
     records = run_cells(nb)
-    assert [(r["code_index"], r["status"]) for r in records] == [
+    assert [(r.code_index, r.status) for r in records] == [
         (0, "passed"),
         (1, "failed"),
         (2, "passed"),
         (3, "failed"),
     ]
-    assert "AssertionError: x is not 3" in records[1]["report"]
-    assert "AttributeError" in records[3]["report"]
+    assert "AssertionError: x is not 3" in records[1].report
+    assert "AttributeError" in records[3].report
 
 
 ASSIGNMENTS = sorted(path.stem for path in SOLUTIONS.glob("*.ipynb"))

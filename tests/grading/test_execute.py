@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import psutil
 import pytest
@@ -15,6 +16,13 @@ import pytest
 from addnorm_lib.checks._record import OBSERVATIONS_ENV
 from addnorm_lib.grading import _nbval_grades, execute
 from addnorm_lib.grading._pytest_runner import kill_marked
+from addnorm_lib.grading.cell_record import (
+    RECORDS_LIMIT,
+    CellRecord,
+    CellRecordsRefused,
+    read_cell_records,
+    write_cell_records,
+)
 from addnorm_lib.grading.sandbox import KERNEL_NAME, RUN_MARKER, Sandbox, SubmissionFolders
 from addnorm_lib.grading.settings import Settings
 from tests.grading.conftest import FORWARD
@@ -32,14 +40,38 @@ def test_the_records_are_written_out_of_the_kernels_reach(folders):
     records = folders.records
     assert records.is_relative_to(folders.private)
     assert not records.is_relative_to(folders.exchange) and not records.is_relative_to(folders.home)
-    assert execute.read_records(records) is None
+    assert read_cell_records(records) is None
 
 
 def test_records_too_large_to_be_ours_are_not_read(folders):
     records = folders.records
     with records.open("wb") as file:
-        file.truncate(execute.RECORDS_LIMIT + 1)  # sparse: no disk used
-    assert execute.read_records(records) is None
+        file.truncate(RECORDS_LIMIT + 1)  # sparse: no disk used
+    assert read_cell_records(records) is None
+
+
+def test_cell_records_round_trip_and_anything_else_is_refused(folders):
+    found = CellRecord(3, "abc", FORWARD, None, "failed", True, False, "Traceback", "/s", None)
+    write_cell_records(folders.records, [found])
+    assert read_cell_records(folders.records) == [found]
+    good = found.to_dict()
+    for bad in (
+        [],
+        {"cells": {}},
+        {"cells": [{**good, "status": "ok"}]},  # not an executor's status
+        {"cells": [{**good, "timed_out": "no"}]},
+        {"cells": [{**good, "code_index": -1}]},
+        {"cells": [{**good, "code_index": True}]},
+        {"cells": [{**good, "grade_id": 7}]},
+        {"cells": [{**good, "extra": 1}]},
+        {"cells": [{k: v for k, v in good.items() if k != "report"}]},
+    ):
+        folders.records.write_text(json.dumps(bad))
+        with pytest.raises(CellRecordsRefused):
+            read_cell_records(folders.records)
+    folders.records.write_text("{ not json")
+    with pytest.raises(CellRecordsRefused, match="not JSON"):
+        read_cell_records(folders.records)
 
 
 def test_nbval_runs_lax_in_the_graded_kernel_with_our_recorder(folders):
@@ -164,15 +196,15 @@ def first_run(graded, died_in=None, failed=(), timed_out=()):
         dead = died_in is not None and index >= died_in
         passed = not (dead or grade_id in failed or grade_id in timed_out)
         records.append(
-            {
-                "code_index": index,
-                "nbgrader": dict(cell.metadata.get("nbgrader", {})),
-                "hidden_tests_of": cell.metadata.get("addnorm", {}).get("hidden_tests_of"),
-                "status": "passed" if passed else "failed",
-                "timed_out": grade_id in timed_out,
-                "kernel_alive": not dead,
-                "report": "",
-            }
+            CellRecord(
+                code_index=index,
+                id=None,
+                grade_id=grade_id,
+                hidden_tests_of=cell.metadata.get("addnorm", {}).get("hidden_tests_of"),
+                status="passed" if passed else "failed",
+                timed_out=grade_id in timed_out,
+                kernel_alive=not dead,
+            )
         )
     return records
 
@@ -221,7 +253,7 @@ def test_nothing_is_recovered_when_no_hidden_test_can_earn_points(assignment, ca
         "died in the tail": first_run(graded, first_tail),
         # nbval passed it, but the kernel died in it: not a cell that passed before the death
         "died in a passing test cell": [
-            {**r, "status": "passed"} if r["code_index"] == in_forward else r
+            replace(r, status="passed") if r.code_index == in_forward else r
             for r in first_run(graded, in_forward)
         ],
         "none passed": first_run(

@@ -7,7 +7,6 @@ about names and files, not about what their code does in a kernel, and most are 
 any code runs.
 """
 
-import contextlib
 import csv
 import json
 import os
@@ -26,13 +25,6 @@ from tests.grading.conftest import EXERCISE, LAYER_NORM_CELL, SOLUTION, solution
 
 ESCAPES = "\x1b]0;owned\x07\x1b[2J\x9b1m"  # set the window title, clear the screen, bold (C1)
 TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab and newline
-
-
-@contextlib.contextmanager
-def executed_here(graded, box, settings):
-    """The executor's interface, running the cells in this process (``tests/inprocess.py``)."""
-    with inprocess.observations_folder() as observations:
-        yield execute.Execution(inprocess.run_cells(graded), False, observations)
 
 
 @dataclass
@@ -56,7 +48,10 @@ class Run:
 @pytest.fixture
 def grade(tmp_path, monkeypatch, capsys):
     """grade(*paths, *flags): run the grader's command line on them; its reports and output."""
-    monkeypatch.setattr(execute, "executed", executed_here)
+    # the executor of tests/inprocess.py in place of the grader's
+    monkeypatch.setattr(
+        execute, "NbvalExecutor", lambda box, settings: inprocess.InProcessExecutor(box.isolated)
+    )
     monkeypatch.setattr(execute, "start_pytest_server", lambda: None)
     open_sandbox = sandbox.open_sandbox  # no warm kernels: no kernel runs
     monkeypatch.setattr(

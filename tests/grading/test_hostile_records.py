@@ -10,6 +10,7 @@ without end): the loader's limits leave no such record for the real judges, so t
 limits are tested on these.
 """
 
+import dataclasses
 import io
 import json
 import os
@@ -29,6 +30,7 @@ from addnorm_lib.checks import _record as record
 from addnorm_lib.checks import batchnorm, layernorm, rmsnorm
 from addnorm_lib.checks._core import Observation
 from addnorm_lib.grading import _nbval_grades, judge
+from addnorm_lib.grading.cell_record import CellRecord
 from addnorm_lib.reference import modules, norms
 from tests.grading.conftest import FORWARD
 from tests.grading.test_judge import by_id, records_for
@@ -484,7 +486,7 @@ def test_after_a_blow_up_a_new_worker_judges_the_rest(tmp_path, hostile_judges):
     order(tmp_path, "check_layer_norm", 2, "spin")
     order(tmp_path, "check_layer_norm", 3, "pass")
     verdicts = judge.judge_records([("check_layer_norm", s) for s in range(4)], tmp_path)
-    assert [verdicts[("check_layer_norm", s)]["verdict"] for s in range(4)] == [
+    assert [verdicts[("check_layer_norm", s)].kind for s in range(4)] == [
         "stopped",
         "passed",
         "timeout",
@@ -531,14 +533,9 @@ def test_a_missing_or_linked_observations_folder_seals_nothing(tmp_path):
         assert list((tmp_path / folder[0]).iterdir()) == []
 
 
-def cell_record(code_index: int, grade_id: str = "", status: str = "passed") -> dict:
+def cell_record(code_index: int, grade_id: str | None = None, status="passed") -> CellRecord:
     """A record of the nbval plugin, as it keeps them while the notebook runs."""
-    return {
-        "code_index": code_index,
-        "nbgrader": {"grade_id": grade_id} if grade_id else {},
-        "status": status,
-        "timed_out": False,
-    }
+    return CellRecord(code_index, None, grade_id, None, status, False, True)
 
 
 def tail_item(grade_id: str) -> types.SimpleNamespace:
@@ -563,17 +560,17 @@ def test_the_plugin_seals_before_the_first_hidden_tail_cell(tmp_path):
     recorder.pytest_runtest_setup(tail_item(FORWARD))
     sealed = tmp_path / "private" / _nbval_grades.SEALED
     assert (sealed / "check_layer_norm-seed0.npz").read_bytes() == b"visible"
-    assert [r.get("sealed") for r in recorder.cells] == [str(sealed)] * 2
+    assert [r.sealed for r in recorder.cells] == [str(sealed)] * 2
     recorder.cells.append(cell_record(2))
     recorder.pytest_runtest_setup(tail_item(FORWARD))
-    assert "sealed" not in recorder.cells[-1]
+    assert recorder.cells[-1].sealed is None
 
 
 @pytest.mark.parametrize("visible", ["failed", "timeout", "missing"])
 def test_the_hidden_tests_of_a_failed_test_cell_are_not_run(tmp_path, visible):
     recorder = _nbval_grades.GradeRecorder(tmp_path / "grades.json", tmp_path / "observations")
     found = cell_record(1, FORWARD, "failed" if visible == "failed" else "passed")
-    found["timed_out"] = visible == "timeout"
+    found = dataclasses.replace(found, timed_out=visible == "timeout")
     recorder.cells = [cell_record(0), *([found] if visible != "missing" else [])]
     with pytest.raises(pytest.skip.Exception, match="hidden tests are not run"):
         recorder.pytest_runtest_setup(tail_item(FORWARD))

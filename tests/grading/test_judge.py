@@ -5,6 +5,7 @@ folder), so no kernel runs here; tests/grading/test_pipeline.py runs every stage
 """
 
 import dataclasses
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,33 +14,33 @@ import pytest
 from addnorm_lib import checks
 from addnorm_lib.checks import _record as record
 from addnorm_lib.grading import execute, judge
+from addnorm_lib.grading.cell_record import CellRecord
+from addnorm_lib.grading.verdict import Verdict
 from addnorm_lib.reference.norms import layer_norm
 from tests.grading.conftest import FORWARD
 from tests.inprocess import observations_folder
+
+
+def cell_record(code_index: int, **changes) -> CellRecord:
+    """A code cell's record as the executor writes it: passed, in time, the kernel alive."""
+    found = CellRecord(code_index, None, None, None, "passed", False, True)
+    return replace(found, **changes)
 
 
 def records_for(assignment, **status_by_grade_id):
     """nbval-style records: every code cell passed, except the test cells given."""
     code = [i for i, c in enumerate(assignment.graded_base.cells) if c.cell_type == "code"]
     index_of = {t.grade_id: code.index(t.index) for t in assignment.tests}
-    records = [
-        {
-            "code_index": i,
-            "status": "passed",
-            "timed_out": False,
-            "kernel_alive": True,
-            "report": "",
-        }
-        for i in range(len(code))
-    ]
+    records = [cell_record(i) for i in range(len(code))]
     for grade_id, status in status_by_grade_id.items():
-        found = records[index_of[grade_id]]
+        at, found = index_of[grade_id], records[index_of[grade_id]]
         if status == "timeout":
-            found.update(status="failed", timed_out=True, report="Timeout of 60 s")
+            records[at] = replace(found, status="failed", timed_out=True, report="Timeout of 60 s")
         elif status != "missing":
-            found.update(status=status, report=f"AssertionError: {grade_id} went wrong")
+            report = f"AssertionError: {grade_id} went wrong"
+            records[at] = replace(found, status=status, report=report)
     missing = {index_of[g] for g, s in status_by_grade_id.items() if s == "missing"}
-    return [r for r in records if r["code_index"] not in missing]
+    return [r for r in records if r.code_index not in missing]
 
 
 def by_id(cells):
@@ -109,8 +110,8 @@ def test_no_records_means_no_cell_ran(assignment, tmp_path):
 
 
 def test_notebook_status_order():
-    alive = [{"code_index": 0, "timed_out": False, "kernel_alive": True}]
-    died = [{"code_index": 2, "timed_out": False, "kernel_alive": False}]
+    alive = [cell_record(0)]
+    died = [cell_record(2, kernel_alive=False)]
     assert judge.notebook_status(alive, True, [])[0] == "timeout"  # the wall clock first
     assert judge.notebook_status(None, False, [])[0] == "error"
     assert judge.notebook_status(died, False, []) == (
@@ -118,7 +119,7 @@ def test_notebook_status_order():
         "the kernel died in code cell 2",
     )
     assert judge.notebook_status(alive, False, []) == ("ok", "")
-    tail = [{**died[0], "hidden_tests_of": FORWARD}]
+    tail = [replace(died[0], hidden_tests_of=FORWARD)]
     assert (
         judge.notebook_status(tail, False, [])[1]
         == f"the kernel died in the hidden tests of {FORWARD}"
@@ -160,8 +161,8 @@ def with_tail(records, assignment, grade_id, **changes):
     test = next(t for t in assignment.tests if t.grade_id == grade_id)
     index = code.index(test.hidden_index)
     if changes.pop("missing", False):
-        return [r for r in records if r["code_index"] != index]
-    return [{**r, **changes} if r["code_index"] == index else r for r in records]
+        return [r for r in records if r.code_index != index]
+    return [replace(r, **changes) if r.code_index == index else r for r in records]
 
 
 def test_a_hidden_check_that_fails_is_named_without_its_seed_or_the_judges_text(assignment):
@@ -243,14 +244,14 @@ def test_visible_checks_are_judged_from_the_records_sealed_before_the_hidden_tes
         record.save(folder / name, [dataclasses.replace(o, error=quoted) for o in honest])
         records = records_for(assignment)
         if sealed:
-            records = [{**r, "sealed": str(seal)} for r in records]
+            records = [replace(r, sealed=str(seal)) for r in records]
         cells = by_id(judge.judge(assignment, records, folder, 60))
     assert (cells[FORWARD].points == 3) is sealed
     assert ("a hidden line" in cells[FORWARD].message) is not sealed
 
 
 def test_every_message_is_capped_with_a_note(assignment, monkeypatch):
-    long = {"verdict": "failed", "message": "y" * 30_000}
+    long = Verdict("failed", "y" * 30_000)
     monkeypatch.setattr(judge, "judge_records", lambda checks, folder: dict.fromkeys(checks, long))
     cells = by_id(judge.judge(assignment, records_for(assignment), Path("/nowhere"), 60))
     message = cells[FORWARD].message
@@ -274,10 +275,12 @@ def plugin_records(assignment, died=None):
     tails = {code.index(t.hidden_index): t.grade_id for t in assignment.tests if t.hidden_index}
     records = []
     for found in records_for(assignment):
-        dead = died is not None and found["code_index"] >= died
-        found = {**found, "hidden_tests_of": tails.get(found["code_index"])}
+        dead = died is not None and found.code_index >= died
+        found = replace(found, hidden_tests_of=tails.get(found.code_index))
         if dead:
-            found.update(status="failed", kernel_alive=False, report="Kernel dead on test start")
+            found = replace(
+                found, status="failed", kernel_alive=False, report="Kernel dead on test start"
+            )
         records.append(found)
     return records
 
@@ -300,7 +303,8 @@ def test_the_recovery_runs_hidden_tests_keep_the_points_of_a_cell_that_passed_be
             checks.check_layer_norm(layer_norm, seed=2024)
             again = plugin_records(assignment)
             quoted = "AssertionError: x = np.arange(2024)  # a hidden line"
-            again[forward_index(assignment)].update(status="failed", report=quoted)
+            at = forward_index(assignment)
+            again[at] = replace(again[at], status="failed", report=quoted)
             recovery = execute.Execution(again, False, second) if recovered else None
             records = plugin_records(assignment, died=MODULE_ANSWER)
             cells = by_id(judge.judge(assignment, records, first, 60, recovery))
@@ -369,7 +373,7 @@ def test_a_hidden_timeout_in_the_recovery_run_leaves_the_notebooks_status_the_fi
             code = [i for i, c in enumerate(assignment.graded_base.cells) if c.cell_type == "code"]
             test = next(t for t in assignment.tests if t.grade_id == FORWARD)
             again = with_tail(plugin_records(assignment), assignment, FORWARD, timed_out=True)
-            assert any(r["timed_out"] for r in again) and code.index(test.hidden_index)
+            assert any(r.timed_out for r in again) and code.index(test.hidden_index)
             recovery = execute.Execution(again, False, second)
             records = plugin_records(assignment, died=MODULE_ANSWER)
             cells = by_id(judge.judge(assignment, records, first, 60, recovery))
