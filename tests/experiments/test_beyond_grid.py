@@ -21,6 +21,7 @@ from addnorm_lib.experiments.beyond_grid import (
     over_grid,
     peak_logit,
 )
+from tests.experiments.drift import assert_early_steps_agree, assert_reproduces
 
 GRID_FILE = Path(__file__).resolve().parents[2] / "book" / "data" / "beyond_grid.json"
 
@@ -83,7 +84,8 @@ def test_grid_run_measures_every_budget_and_the_grid_is_indexed_by_seed():
 @pytest.mark.skipif(not GRID_FILE.exists(), reason="the cached grid has not been made")
 @pytest.mark.parametrize(("variant", "seed", "lr"), [("pre", 0, 1e-2), ("dyt", 5, 3e-2)])
 def test_the_cached_grid_reproduces(variant, seed, lr):
-    """Re-run two cells of the cached grid for the first budget (100 steps): same numbers."""
+    """Re-run two cells of the cached grid for the first budget (100 steps): the same numbers,
+    up to the drift of another processor's rounding (tests/experiments/drift.py)."""
     grid = load_grid(GRID_FILE)
     budget = min(grid["config"]["budgets"])
     cached = next(
@@ -92,8 +94,9 @@ def test_the_cached_grid_reproduces(variant, seed, lr):
         if r["variant"] == variant and r["seed"] == seed and math.isclose(r["lr"], lr)
     )
     fresh = grid_run(variant, seed, cached["lr"], {**grid["config"], "budgets": [budget]})
-    assert fresh["losses"] == cached["losses"][:budget]
-    for key in ("loss", "accuracy", "max_logit"):
-        assert math.isclose(fresh["at"][str(budget)][key], cached["at"][str(budget)][key])
-    assert fresh["at"][str(budget)]["stream_rms"] == cached["at"][str(budget)]["stream_rms"]
+    assert len(fresh["losses"]) == budget
+    assert_early_steps_agree(fresh["losses"], cached["losses"])  # later ones: noise on ~1e-3
+    for key in ("loss", "accuracy", "max_logit", "stream_rms"):  # a learned model's loss: < 1e-2
+        floor = 1e-2 if key == "loss" else 1e-9
+        assert_reproduces(fresh["at"][str(budget)][key], cached["at"][str(budget)][key], key, floor)
     assert set(conclusion_tests(grid)) >= {"qk_under_bound", "dyt_behind", "streams_below"}

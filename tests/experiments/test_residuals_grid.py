@@ -9,6 +9,7 @@ import pytest
 
 from addnorm_lib.experiments import residual_scaling as rs
 from addnorm_lib.experiments import residuals_grid as rg
+from tests.experiments.drift import assert_early_steps_agree, assert_reproduces
 
 DATA = Path(__file__).resolve().parents[2] / "book" / "data"
 
@@ -61,7 +62,8 @@ def _cached(name: str, **fields) -> dict:
     ],
 )
 def test_a_cached_run_reproduces(grid, name, fields, one_thread):  # one thread, as the grid ran
-    # re-run the first budget (300 steps) of one cached run: same losses, same curve
+    # re-run the first budget (300 steps) of one cached run: same losses, same curve, up to
+    # another processor's drift (tests/experiments/drift.py)
     cached = _cached(name, **fields)
     spec = dataclasses.replace(rg.GRIDS[grid], budgets=(300,))
     (network,) = [
@@ -71,5 +73,6 @@ def test_a_cached_run_reproduces(grid, name, fields, one_thread):  # one thread,
     ]
     run = rg.train_one(spec, network, fields["lr"], fields["seed"])
     assert run["initial"] == pytest.approx(cached["initial"], rel=1e-5)
-    assert run["final"]["300"] == pytest.approx(cached["final"]["300"], rel=1e-4)
-    np.testing.assert_allclose(run["curve"], cached["curve"][:30], rtol=1e-4)
+    assert_reproduces(run["final"]["300"], cached["final"]["300"], "final")
+    assert_early_steps_agree(run["curve"][:3], cached["curve"])  # the curve: every 10 steps
+    assert_reproduces(run["curve"], cached["curve"][:30], "curve")
