@@ -2,20 +2,17 @@
 started on this machine gets the local runner's rows, loses no submission when a worker is
 killed mid-run, and keeps the sandbox on the workers."""
 
-import contextlib
 import json
 import multiprocessing
-import os
-import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import distributed
 import nbformat
-import psutil
 import pytest
 
 from addnorm_lib.grading import assemble, bubblewrap, cluster, pipeline, sandbox
@@ -23,6 +20,7 @@ from addnorm_lib.grading.discover import Submission
 from addnorm_lib.grading.judge import Grade
 from addnorm_lib.grading.settings import Settings
 from tests.conftest import ROOT, run_python
+from tests.grading.dask_cluster import Cluster, kill_tree, running_cluster
 from tests.grading.test_pipeline import (
     EXERCISE,
     SOLUTION,
@@ -35,10 +33,8 @@ from tests.needs import needs
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("dask-cluster")]
 NEEDS_SANDBOX = needs("the grader's sandbox (on the workers)", bubblewrap.bubblewrap_problem())
 
-DASK = Path(sys.executable).parent / "dask"
 HACKED = ROOT / "HACKED-BY-A-DASK-WORKER"
 WORKERS = 2
-START_SECONDS = 90
 GRADER_SECONDS = 400
 
 
@@ -69,61 +65,10 @@ def write_class(folder: Path) -> None:
     (folder / "jo" / "layernorm.ipynb").write_text("{ not a notebook")
 
 
-def cluster_environment() -> dict:
-    """The workers' environment: the course's Python first on PATH, one math thread, and Dask's
-    workers as plain processes (a daemonic one cannot start the grader's kernels)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "ADDNORM"))}
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '/usr/bin:/bin')}"
-    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", DASK_DISTRIBUTED__WORKER__DAEMON="False")
-    return env
-
-
-@dataclass
-class Cluster:
-    address: str
-    scheduler: subprocess.Popen
-    workers: list[subprocess.Popen]
-
-
-def kill_tree(process: subprocess.Popen) -> None:
-    """Kill a process and everything it started (a Dask worker: its nanny, worker, zygotes)."""
-    with contextlib.suppress(psutil.Error):
-        family = [psutil.Process(process.pid), *psutil.Process(process.pid).children(True)]
-        for member in family:
-            with contextlib.suppress(psutil.Error):
-                member.send_signal(signal.SIGKILL)
-    process.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
-def dask_cluster(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("dask")
-    file, env, logs = folder / "scheduler.json", cluster_environment(), []
-
-    def start(*arguments: str) -> subprocess.Popen:
-        log = open(folder / f"{len(logs)}.log", "w")  # noqa: SIM115 (closed at teardown)
-        logs.append(log)
-        command = [str(DASK), *arguments, "--scheduler-file", str(file), "--no-dashboard"]
-        return subprocess.Popen(command, env=env, stdout=log, stderr=log, cwd=folder)
-
-    scheduler = start("scheduler", "--host", "127.0.0.1", "--port", "0")
-    workers = []
-    try:
-        deadline = time.monotonic() + START_SECONDS
-        while not file.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert file.exists(), (folder / "0.log").read_text()[-2000:]
-        address = json.loads(file.read_text())["address"]
-        workers = [start("worker", "--nthreads", "1") for _ in range(WORKERS)]
-        with distributed.Client(address, timeout=START_SECONDS) as client:
-            client.wait_for_workers(WORKERS, timeout=START_SECONDS)
-        yield Cluster(address, scheduler, workers)
-    finally:
-        for process in [*workers, scheduler]:
-            if process.poll() is None:
-                kill_tree(process)
-        for log in logs:
-            log.close()
+def dask_cluster(tmp_path_factory) -> Iterator[Cluster]:
+    with running_cluster(tmp_path_factory.mktemp("dask"), WORKERS) as cluster:
+        yield cluster
 
 
 @dataclass
