@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -169,6 +169,33 @@ class ModuleTask:
     signature: str
     state_hint: str
     math_hint: str
+
+
+@dataclass(frozen=True)
+class ModuleConfig:
+    """One constructor call of a module exercise's class, as its check makes it.
+
+    Attributes:
+        args: the positional arguments, e.g. ``(5,)``.
+        kwargs: the keyword arguments, e.g. ``{"eps": 0.1}``.
+        parameters: the names of the parameters the call's module registers, e.g.
+            ``("weight", "bias")``; empty when it registers none.
+        shape: their shape, e.g. ``(5,)``; None when there are none.
+    """
+
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    parameters: tuple[str, ...] = ()
+    shape: tuple[int, ...] | None = None
+
+    def build(self, cls):
+        """``cls`` constructed with this call's arguments."""
+        return cls(*self.args, **self.kwargs)
+
+    def call(self, name: str) -> str:
+        """How a message names the call, e.g. ``LayerNorm(5, eps=0.1)``."""
+        shown = [repr(a) for a in self.args] + [f"{k}={v!r}" for k, v in self.kwargs.items()]
+        return f"{name}({', '.join(shown)})"
 
 
 def judge_construction(observation, task: ModuleTask, call: str) -> dict:

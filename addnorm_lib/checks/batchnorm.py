@@ -45,6 +45,7 @@ from addnorm_lib.checks._torch import (
     NORM_CALLS,
     NOT_CALLING_TORCH_NORMS,
     LowPrecisionInput,
+    ModuleConfig,
     ModuleTask,
     describe_module,
     half_output,
@@ -397,13 +398,18 @@ def check_batch_norm_backward(batch_norm_backward, seed: int = 0) -> None:
 #                              track_running_stats=True)
 
 CHANNELS = 4
-# configuration name: constructor keyword arguments. Every option torch's BatchNorm1d takes.
+AFFINE = ("weight", "bias")
+# configuration name: the constructor call the check makes. Every option torch's BatchNorm1d takes.
 MODULE_CONFIGS = {
-    "default": {},
-    "momentum=0.3, eps=0.01": {"momentum": 0.3, "eps": 0.01},
-    "momentum=None": {"momentum": None},
-    "affine=False": {"affine": False},
-    "track_running_stats=False": {"track_running_stats": False},
+    "default": ModuleConfig((CHANNELS,), {}, AFFINE, (CHANNELS,)),
+    "momentum=0.3, eps=0.01": ModuleConfig(
+        (CHANNELS,), {"momentum": 0.3, "eps": 0.01}, AFFINE, (CHANNELS,)
+    ),
+    "momentum=None": ModuleConfig((CHANNELS,), {"momentum": None}, AFFINE, (CHANNELS,)),
+    "affine=False": ModuleConfig((CHANNELS,), {"affine": False}),
+    "track_running_stats=False": ModuleConfig(
+        (CHANNELS,), {"track_running_stats": False}, AFFINE, (CHANNELS,)
+    ),
 }
 # what each option means, said when a scenario of that configuration fails
 CONFIG_HINTS = {
@@ -493,7 +499,7 @@ STATE_KEYS = ("weight", "bias", *BUFFERS)
 def scenario_steps(config: str) -> list[int]:
     """The steps of :data:`SCENARIO` a configuration runs: without running estimates, eval mode
     uses batch statistics, which a batch of one value per channel does not have."""
-    tracks = MODULE_CONFIGS[config].get("track_running_stats", True)
+    tracks = MODULE_CONFIGS[config].kwargs.get("track_running_stats", True)
     return [i for i, (_, _, _, shape) in enumerate(SCENARIO) if tracks or np.prod(shape) > shape[1]]
 
 
@@ -552,9 +558,9 @@ def observe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
     state = {k: torch.from_numpy(v.copy()) for k, v in module_state(seed).items()}
 
     def loaded(config):
-        kwargs = MODULE_CONFIGS[config]
-        module = cls(CHANNELS, **kwargs).double()
-        keys = torch.nn.BatchNorm1d(CHANNELS, **kwargs).state_dict()  # torch's, for this config
+        chosen = MODULE_CONFIGS[config]
+        module = chosen.build(cls).double()
+        keys = chosen.build(torch.nn.BatchNorm1d).state_dict()  # torch's, for this config
         module.load_state_dict({k: v for k, v in state.items() if k in keys})
         return module
 
@@ -616,7 +622,7 @@ def observe_batch_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
     with recording_torch_norms(forbid_torch_norms) as calls:
         for config in MODULE_CONFIGS:
             observations[f"describe:{config}"] = observe(
-                lambda c=config: describe_module(cls(CHANNELS, **MODULE_CONFIGS[c]), torch_class),
+                lambda c=config: describe_module(MODULE_CONFIGS[c].build(cls), torch_class),
                 (),
                 {},
             )
@@ -702,14 +708,14 @@ def _judge_buffers(observation: Observation, reference: Observation) -> None:
 def _judge_scenario(config: str, records, reference, seed: int) -> None:
     __tracebackhide__ = True
     state = module_state(seed)
-    kwargs = {"momentum": 0.1, "eps": 1e-5, **MODULE_CONFIGS[config]}
+    kwargs = {"momentum": 0.1, "eps": 1e-5, **MODULE_CONFIGS[config].kwargs}
     previous = {k: state[k] for k in ("running_mean", "running_var")}
     inputs = scenario_inputs(seed)
     chosen = [(SCENARIO[i], inputs[i]) for i in scenario_steps(config)]
     steps = zip(chosen, records, reference, strict=True)
     for ((description, training, grad_enabled, _), x), mine, theirs in steps:
         case = Case(
-            f"{description} (BatchNorm1d({CHANNELS}{_config_args(config)}) loaded "
+            f"{description} ({config_call(config)} loaded "
             "from a torch state_dict, after the steps before it)",
             (),
             hint=CONFIG_HINTS.get(config, ""),
@@ -831,13 +837,9 @@ def _judge_extra_steps(observations: dict, reference: dict, seed: int) -> list[s
     ]
 
 
-def _config_args(config: str) -> str:
-    return "".join(f", {k}={v}" for k, v in MODULE_CONFIGS[config].items())
-
-
 def config_call(config: str) -> str:
     """How a message names the constructor call of ``config``: ``BatchNorm1d(4, affine=False)``."""
-    return f"BatchNorm1d({CHANNELS}{_config_args(config)})"
+    return MODULE_CONFIGS[config].call("BatchNorm1d")
 
 
 def judge_batch_norm_module(observations: dict, seed: int = 0) -> str:

@@ -32,6 +32,7 @@ from addnorm_lib.checks._torch import (
     NORM_CALLS,
     NOT_CALLING_TORCH_NORMS,
     LowPrecisionInput,
+    ModuleConfig,
     ModuleTask,
     describe_module,
     half_output,
@@ -260,14 +261,15 @@ def check_layer_norm_backward(layer_norm_backward, seed: int = 0) -> None:
 # never attributes such as normalized_shape or eps, which a module may store as it likes.
 
 BATCH, TIME, FEATURES = 2, 3, 5
-# configuration name: (constructor arguments, keyword arguments, parameter names, parameter shape)
+AFFINE = ("weight", "bias")
+# configuration name: the constructor call the check makes
 MODULE_CONFIGS = {
-    "default": ((FEATURES,), {}, ("weight", "bias"), (FEATURES,)),
-    "eps": ((FEATURES,), {"eps": 0.1}, ("weight", "bias"), (FEATURES,)),
-    "tuple": (((TIME, FEATURES),), {}, ("weight", "bias"), (TIME, FEATURES)),
-    "no_bias": ((FEATURES,), {"bias": False}, ("weight",), (FEATURES,)),
-    "no_affine": ((FEATURES,), {"elementwise_affine": False}, (), (FEATURES,)),
-    "eps0": ((FEATURES,), {"eps": 0.0}, ("weight", "bias"), (FEATURES,)),
+    "default": ModuleConfig((FEATURES,), {}, AFFINE, (FEATURES,)),
+    "eps": ModuleConfig((FEATURES,), {"eps": 0.1}, AFFINE, (FEATURES,)),
+    "tuple": ModuleConfig(((TIME, FEATURES),), {}, AFFINE, (TIME, FEATURES)),
+    "no_bias": ModuleConfig((FEATURES,), {"bias": False}, ("weight",), (FEATURES,)),
+    "no_affine": ModuleConfig((FEATURES,), {"elementwise_affine": False}),
+    "eps0": ModuleConfig((FEATURES,), {"eps": 0.0}, AFFINE, (FEATURES,)),
 }
 # half-precision inputs, in the order judged: name -> how the module and its input are made
 HALF_INPUTS = {
@@ -311,8 +313,8 @@ def module_inputs(seed: int = 0) -> ModuleInputs:
     """Every input of the module check, drawn from ``seed`` (see :class:`ModuleInputs`)."""
     rng = np.random.default_rng(seed + 2)
     parameters = {
-        name: {p: rng.uniform(0.5, 2.0, shape) for p in names}
-        for name, (_, _, names, shape) in MODULE_CONFIGS.items()
+        name: {p: rng.uniform(0.5, 2.0, config.shape) for p in config.parameters}
+        for name, config in MODULE_CONFIGS.items()
     }
     return ModuleInputs(
         x=rng.normal(1.0, 2.0, (BATCH, TIME, FEATURES)),
@@ -331,9 +333,7 @@ def module_inputs(seed: int = 0) -> ModuleInputs:
 
 def config_call(config: str) -> str:
     """How a message names the constructor call of ``config``, e.g. ``LayerNorm(5, eps=0.1)``."""
-    args, kwargs, _, _ = MODULE_CONFIGS[config]
-    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-    return f"LayerNorm({', '.join(shown)})"
+    return MODULE_CONFIGS[config].call("LayerNorm")
 
 
 def _recorded(step) -> Observation:
@@ -353,8 +353,7 @@ def observe_layer_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = Tru
     tensor = torch.from_numpy
 
     def construct(config):
-        args, kwargs, _, _ = MODULE_CONFIGS[config]
-        return cls(*args, **kwargs)
+        return MODULE_CONFIGS[config].build(cls)
 
     def loaded(config):
         module = construct(config).double()  # before loading: float64 weights stay float64
@@ -506,7 +505,7 @@ def judge_layer_norm_module(observations: dict, seed: int = 0) -> str:
 
     def mistake_args(config, x):
         parameters = inputs.parameters[config]
-        eps = MODULE_CONFIGS[config][1].get("eps", 1e-5)
+        eps = MODULE_CONFIGS[config].kwargs.get("eps", 1e-5)
         return (x, parameters["weight"], parameters["bias"], eps)
 
     def forward(key, description, info, **options):

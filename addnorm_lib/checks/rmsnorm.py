@@ -35,6 +35,7 @@ from addnorm_lib.checks._torch import (
     NORM_CALLS,
     NOT_CALLING_TORCH_NORMS,
     LowPrecisionInput,
+    ModuleConfig,
     ModuleTask,
     describe_module,
     half_output,
@@ -208,13 +209,14 @@ def check_rms_norm_backward(rms_norm_backward, seed: int = 0) -> None:
 # dtype, gradients, the state_dict, the norm ops called), never attributes such as eps.
 
 BATCH, TIME, FEATURES = 2, 3, 8
-# configuration name: (constructor arguments, keyword arguments, parameter shape or None)
+WEIGHT = ("weight",)
+# configuration name: the constructor call the check makes
 MODULE_CONFIGS = {
-    "default": ((FEATURES,), {}, (FEATURES,)),
-    "eps": ((FEATURES,), {"eps": 0.1}, (FEATURES,)),
-    "tuple": (((TIME, FEATURES),), {}, (TIME, FEATURES)),
-    "no_affine": ((FEATURES,), {"elementwise_affine": False}, None),
-    "eps0": ((FEATURES,), {"eps": 0.0}, (FEATURES,)),
+    "default": ModuleConfig((FEATURES,), {}, WEIGHT, (FEATURES,)),
+    "eps": ModuleConfig((FEATURES,), {"eps": 0.1}, WEIGHT, (FEATURES,)),
+    "tuple": ModuleConfig(((TIME, FEATURES),), {}, WEIGHT, (TIME, FEATURES)),
+    "no_affine": ModuleConfig((FEATURES,), {"elementwise_affine": False}),
+    "eps0": ModuleConfig((FEATURES,), {"eps": 0.0}, WEIGHT, (FEATURES,)),
 }
 MODULE_TASK = ModuleTask(
     name="RMSNorm",
@@ -282,9 +284,7 @@ EPS_NONE_HINT = (
 
 def config_call(config: str) -> str:
     """How a message names the constructor call of ``config``, e.g. ``RMSNorm(8, eps=0.1)``."""
-    args, kwargs, _ = MODULE_CONFIGS[config]
-    shown = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
-    return f"RMSNorm({', '.join(shown)})"
+    return MODULE_CONFIGS[config].call("RMSNorm")
 
 
 def module_inputs(seed: int = 0) -> dict:
@@ -292,9 +292,9 @@ def module_inputs(seed: int = 0) -> dict:
     rng = np.random.default_rng(seed + 32)
     shape = (BATCH, TIME, FEATURES)
     parameters = {
-        name: rng.uniform(0.5, 2.0, p_shape)
-        for name, (_, _, p_shape) in MODULE_CONFIGS.items()
-        if p_shape
+        name: rng.uniform(0.5, 2.0, config.shape)
+        for name, config in MODULE_CONFIGS.items()
+        if config.parameters
     }
     return {
         "x": rng.normal(1.0, 2.0, shape),
@@ -320,8 +320,7 @@ def observe_rms_norm_module(cls, seed: int = 0, forbid_torch_norms: bool = True)
     tensor = torch.from_numpy
 
     def construct(config):
-        args, kwargs, _ = MODULE_CONFIGS[config]
-        return cls(*args, **kwargs)
+        return MODULE_CONFIGS[config].build(cls)
 
     def loaded(config):
         module = construct(config).double()
@@ -431,7 +430,7 @@ def _in_input_dtype(name: str, seed: int) -> list[np.ndarray]:
     dtype = getattr(torch, spec.dtype)
     x = torch.from_numpy(inputs[name]).to(dtype)
     weight = torch.from_numpy(inputs["parameters"][config]).to(dtype)
-    eps = MODULE_CONFIGS[config][1].get("eps", torch.finfo(torch.float32).eps)
+    eps = MODULE_CONFIGS[config].kwargs.get("eps", torch.finfo(torch.float32).eps)
     return [(x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight).double().numpy()]
 
 
@@ -556,7 +555,7 @@ def judge_rms_norm_module(observations: dict, seed: int = 0) -> str:
 
     def named(config, x):
         """The catalogue's mistakes, for a configuration whose weight the judge drew."""
-        eps = MODULE_CONFIGS[config][1].get("eps", np.finfo(np.float64).eps)
+        eps = MODULE_CONFIGS[config].kwargs.get("eps", np.finfo(np.float64).eps)
         weight = inputs["parameters"][config]
         return {"known": mistakes.RMS_NORM_MISTAKES, "mistake_args": (x, weight, eps)}
 

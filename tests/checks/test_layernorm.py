@@ -6,8 +6,7 @@ import torch
 
 from addnorm_lib import checks
 from addnorm_lib.checks._core import Case, compare, judge_call, observe_cases
-from addnorm_lib.reference import mistakes, norms
-from addnorm_lib.reference import modules as nn
+from addnorm_lib.reference import mistakes, modules, norms
 
 
 def as_learner(compute):
@@ -26,7 +25,7 @@ def as_learner(compute):
 def test_reference_implementations_pass_every_check(capsys):
     checks.check_layer_norm(norms.layer_norm)
     checks.check_layer_norm_backward(norms.layer_norm_backward)
-    checks.check_layer_norm_module(nn.LayerNorm)
+    checks.check_layer_norm_module(modules.LayerNorm)
     printed = capsys.readouterr().out
     assert "✓ layer_norm passed" in printed and "✓ LayerNorm passed" in printed
 
@@ -137,7 +136,7 @@ def test_an_exception_names_the_input_and_a_hint():
     assert "any number of leading axes" in message
 
 
-class TorchVarLayerNorm(nn.LayerNorm):
+class TorchVarLayerNorm(modules.LayerNorm):
     """A module with the classic slip: torch.var is unbiased unless told otherwise."""
 
     def forward(self, x):
@@ -154,7 +153,7 @@ class RenamedParameters(torch.nn.Module):
         self.beta = torch.nn.Parameter(torch.zeros(normalized_shape))
 
 
-class CallsTorch(nn.LayerNorm):
+class CallsTorch(modules.LayerNorm):
     def forward(self, x):
         return torch.nn.functional.layer_norm(
             x, self.normalized_shape, self.weight, self.bias, self.eps
@@ -165,7 +164,7 @@ class SubclassesTorch(torch.nn.LayerNorm):
     pass
 
 
-class IgnoresEps(nn.LayerNorm):
+class IgnoresEps(modules.LayerNorm):
     def forward(self, x):
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         mean = xf.mean(dim=-1, keepdim=True)
@@ -173,7 +172,7 @@ class IgnoresEps(nn.LayerNorm):
         return ((xf - mean) / torch.sqrt(var + 1e-5) * self.weight + self.bias).to(x.dtype)
 
 
-class BufferNotParameter(nn.LayerNorm):
+class BufferNotParameter(modules.LayerNorm):
     def __init__(self, normalized_shape, **kwargs):
         super().__init__(normalized_shape, **kwargs)
         weight = self.weight.detach().clone()

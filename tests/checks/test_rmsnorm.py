@@ -4,14 +4,13 @@ import pytest
 import torch
 
 from addnorm_lib import checks
-from addnorm_lib.reference import mistakes, norms
-from addnorm_lib.reference import modules as nn
+from addnorm_lib.reference import mistakes, modules, norms
 
 
 def test_references_pass(capsys):
     checks.check_rms_norm(norms.rms_norm)
     checks.check_rms_norm_backward(norms.rms_norm_backward, seed=2024)
-    checks.check_rms_norm_module(nn.RMSNorm)
+    checks.check_rms_norm_module(modules.RMSNorm)
     out = capsys.readouterr().out
     assert "✓ rms_norm passed 8 checks" in out
     assert "✓ RMSNorm passed 13 checks" in out
@@ -50,7 +49,7 @@ def _eps(module, dtype):
     return torch.finfo(dtype).eps if module.eps is None else module.eps
 
 
-class NoUpcast(nn.RMSNorm):
+class NoUpcast(modules.RMSNorm):
     """Computes half-precision inputs in half precision."""
 
     def forward(self, x):
@@ -59,7 +58,7 @@ class NoUpcast(nn.RMSNorm):
         return x * torch.rsqrt(ms + _eps(self, torch.float32 if half else x.dtype)) * self.weight
 
 
-class HalfEps(nn.RMSNorm):
+class HalfEps(modules.RMSNorm):
     """Upcasts, but takes eps=None as the *input* dtype's eps (float16's is about 1e-3)."""
 
     def forward(self, x):
@@ -68,7 +67,7 @@ class HalfEps(nn.RMSNorm):
         return (xf * torch.rsqrt(ms + _eps(self, x.dtype)) * self.weight).to(x.dtype)
 
 
-class NoCastBack(nn.RMSNorm):
+class NoCastBack(modules.RMSNorm):
     """Upcasts and forgets to cast the result back."""
 
     def forward(self, x):
@@ -77,7 +76,7 @@ class NoCastBack(nn.RMSNorm):
         return xf * torch.rsqrt(ms + _eps(self, xf.dtype)) * self.weight
 
 
-class LlamaOrder(nn.RMSNorm):
+class LlamaOrder(modules.RMSNorm):
     """Right: LLaMA's order, casting back before multiplying by the weight (one more rounding)."""
 
     def forward(self, x):
@@ -87,7 +86,7 @@ class LlamaOrder(nn.RMSNorm):
         return y if self.weight is None else y * self.weight
 
 
-class Float32Eps(nn.RMSNorm):
+class Float32Eps(modules.RMSNorm):
     """Right in half precision (computed in float32, float32's eps), but takes eps=None as
     float32's eps for float64 input too: only a float64 input of tiny values shows it."""
 
@@ -99,22 +98,22 @@ class Float32Eps(nn.RMSNorm):
         return (y if self.weight is None else y * self.weight).to(x.dtype)
 
 
-class Centered(nn.RMSNorm):
+class Centered(modules.RMSNorm):
     def forward(self, x):
         return super().forward(x - x.mean(-1, keepdim=True))
 
 
-class NoWeight(nn.RMSNorm):
+class NoWeight(modules.RMSNorm):
     def forward(self, x):
-        return nn.rms_norm(x, self.normalized_shape, None, self.eps)
+        return modules.rms_norm(x, self.normalized_shape, None, self.eps)
 
 
-class CallsTorch(nn.RMSNorm):
+class CallsTorch(modules.RMSNorm):
     def forward(self, x):
         return torch.nn.functional.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
-class WithBias(nn.RMSNorm):
+class WithBias(modules.RMSNorm):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.bias = torch.nn.Parameter(torch.zeros(self.normalized_shape))
