@@ -47,6 +47,9 @@ WORKER_COMMAND = "DASK_DISTRIBUTED__WORKER__DAEMON=False dask worker ADDRESS --n
 CONNECT_SECONDS = 30  # to reach the scheduler
 ALLOWED_FAILURES = 3  # Dask's default allowed-failures: deaths of a submission's workers
 PLUGIN_NAME = "addnorm-grader"
+# Settings that only the grader's machine reads (``--assignment`` is applied there too, when the
+# submissions are identified, but grading needs it on the worker).
+LOCAL_ONLY = ("out", "source", "resume", "dask_scheduler")
 
 
 class WorkerUnfit(RuntimeError):
@@ -74,8 +77,12 @@ _boxes_lock = threading.Lock()
 
 
 def worker_settings(settings: Settings, worker: distributed.Worker) -> Settings:
-    """The run's settings as ``worker`` applies them: ``--jobs`` is its own thread count."""
-    return replace(settings, jobs=worker.state.nthreads)
+    """The run's settings as ``worker`` applies them: ``--jobs`` is its own thread count, and
+    what only the grader's machine uses (where the reports go and the instructor's notebooks
+    are, ``--resume``, the scheduler) is left at its default, so that a worker keeps its sandbox
+    for the next run with the same limits."""
+    local_only = {name: getattr(Settings, name) for name in LOCAL_ONLY}
+    return replace(settings, jobs=worker.state.nthreads, **local_only)
 
 
 def worker_problem(settings: Settings) -> str | None:

@@ -7,6 +7,7 @@ import multiprocessing
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,3 +247,15 @@ def test_an_unreachable_scheduler_is_one_line(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: cannot reach the Dask scheduler at tcp://127.0.0.1:9")
     assert err.count("\n") == 1
+
+
+def test_a_worker_keeps_its_sandbox_for_a_run_that_differs_only_on_the_grader_s_machine():
+    """Another --out, --source, --resume or scheduler is the same sandbox on a worker (its zygote
+    stays warm between runs); another limit is not; --jobs is the worker's own thread count."""
+    worker = types.SimpleNamespace(state=types.SimpleNamespace(nthreads=3))
+    first = Settings(out=Path("a"), source=Path("s"), dask_scheduler="tcp://x:1", jobs=9)
+    second = Settings(out=Path("b"), resume=True, dask_scheduler="tcp://y:2")
+    assert cluster.worker_settings(first, worker) == cluster.worker_settings(second, worker)
+    assert cluster.worker_settings(first, worker).jobs == 3
+    limited = Settings(out=Path("a"), cell_timeout=5.0)
+    assert cluster.worker_settings(limited, worker) != cluster.worker_settings(first, worker)
