@@ -149,6 +149,11 @@ def main(argv=None) -> int:
         }
         report = json.loads((tmp / "out" / "grades.json").read_text())
         rows = report["grades"]
+    # A grader whose kernels die is fast: its time counts only if it graded every submission.
+    statuses = sorted({row["status"] for row in rows})
+    if len(rows) != args.submissions or statuses != ["ok"]:
+        print(f"error: the grader did not grade: {len(rows)} rows, statuses {statuses}")
+        return 1
     floor_s, grader_s = seconds["floor (nbclient)"], seconds["grader"]
     baseline_s = seconds["sequential pytest --nbval-lax"]
     print(f"{args.submissions} submissions, {args.jobs} jobs, {os.cpu_count()} cores")
