@@ -1,8 +1,8 @@
 """A pytest plugin that records each notebook cell nbval runs: its outcome and nbgrader metadata.
 
-Loaded by the grader as ``-p addnorm_lib.grading._nbval_grades --addnorm-grades=FILE``. It runs
-in the pytest process, not in the notebook's kernel, so notebook code cannot reach it. It also
-starts the kernel the grader's way and fixes nbval behaviours that a grader cannot live with:
+Loaded by the grader as ``-p addnorm_lib.grading._nbval_grades --addnorm-cell-records=FILE``.
+It runs in the pytest process, not in the notebook's kernel, so notebook code cannot reach it. It
+also starts the kernel the grader's way and fixes nbval behaviours that a grader cannot live with:
 
 - with ``--addnorm-exchange=DIR``, the kernel talks over IPC sockets in DIR (a sandboxed kernel
   has no network), its connection file is there too, and it starts in ``--addnorm-home``;
@@ -32,7 +32,8 @@ starts the kernel the grader's way and fixes nbval behaviours that a grader cann
 - a hidden tail cell whose visible test cell failed or timed out is skipped: it could earn
   nothing, and an answer that loops forever costs one cell timeout, not two.
 
-Results carry the cell's code-cell ordinal, id and nbgrader metadata, not nbval's item names.
+The records are :class:`~.cell_record.CellRecord` values: each carries its cell's code-cell ordinal,
+id and grade_id, not nbval's item names.
 """
 
 import contextlib
@@ -182,7 +183,9 @@ def capped_get_message(get_message, output_bytes: int):
 
 def pytest_addoption(parser):
     """The plugin's options: where to write the records, and how to start the kernel."""
-    parser.addoption("--addnorm-grades", default=None, help="write per-cell results as JSON here")
+    parser.addoption(
+        "--addnorm-cell-records", default=None, help="write per-cell results as JSON here"
+    )
     parser.addoption("--addnorm-exchange", default=None, help="IPC sockets and connection file")
     parser.addoption("--addnorm-home", default=None, help="the kernel's working folder")
     parser.addoption(
@@ -191,9 +194,9 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    """With ``--addnorm-grades``: watch for dead kernels, cap output, record every cell; with
+    """With ``--addnorm-cell-records``: watch for dead kernels, cap output, record each cell; with
     ``--addnorm-exchange``, start kernels over IPC sockets there."""
-    path = config.getoption("--addnorm-grades")
+    path = config.getoption("--addnorm-cell-records")
     if not path:
         return
     output_bytes = int(config.getoption("--addnorm-output-mb") * 2**20)

@@ -59,7 +59,11 @@ def pytest_arguments(
         *("-c", str(private / "pytest.ini")),
         *("-p", "nbval.plugin", "--nbval-lax", f"--nbval-kernel-name={kernel}"),
         f"--nbval-cell-timeout={settings.cell_timeout}",
-        *("-p", "addnorm_lib.grading._nbval_grades", f"--addnorm-grades={folders.records}"),
+        *(
+            "-p",
+            "addnorm_lib.grading._nbval_grades",
+            f"--addnorm-cell-records={folders.cell_records}",
+        ),
         f"--addnorm-exchange={folders.exchange}",
         f"--addnorm-home={folders.home}",
         f"--addnorm-output-mb={settings.output_mb}",
@@ -83,7 +87,7 @@ def run_graded(
         kill_marked(RUN_MARKER, str(folders.workdir))
     if exit_code is None:  # killed at the wall-clock limit
         return Execution(None, True, folders.observations)
-    return Execution(read_cell_records(folders.records), False, folders.observations)
+    return Execution(read_cell_records(folders.cell_records), False, folders.observations)
 
 
 class Executor(Protocol):

@@ -66,7 +66,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, get_args
 
 from addnorm_lib.checks import _record as record
 from addnorm_lib.grading._pytest_runner import single_threaded
@@ -78,7 +78,12 @@ if TYPE_CHECKING:  # the judge needs no sandbox: the recovery run is just record
     from addnorm_lib.grading.execute import Execution
 from addnorm_lib.grading.settings import COURSE_ROOT
 
-STATUSES = ("ok", "timeout", "kernel_died", "malformed", "unknown_assignment", "error")
+# A submission's status: it ran to the end (ok), or why not.
+GradeStatus = Literal["ok", "timeout", "kernel_died", "malformed", "unknown_assignment", "error"]
+STATUSES: tuple[str, ...] = get_args(GradeStatus)
+# A test cell's status, as judged (CellRecord's statuses are the executor's, Verdict's kinds a
+# judge's: three vocabularies, each with its own type).
+CellGradeStatus = Literal["passed", "failed", "timeout", "not_run"]
 # Terminal escape sequences: CSI (colours, cursor moves), OSC (window titles, links), the rest.
 ANSI_ESCAPE = re.compile(
     r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]"
@@ -127,7 +132,7 @@ class CellGrade:
     grade_id: str
     points: float
     max_points: float
-    status: str  # passed, failed, timeout, not_run
+    status: CellGradeStatus
     message: str = ""
     hidden: bool = False
 
@@ -142,7 +147,7 @@ class Grade:
 
     submission: str
     assignment: str | None
-    status: str  # one of STATUSES
+    status: GradeStatus
     reason: str = ""
     cells: list[CellGrade] = field(default_factory=list)
     max_total: float = 0.0

@@ -209,7 +209,7 @@ def unchanged_grades(
     digest = grading_digest(settings, isolated)
     kept = {}
     for submission in submissions:
-        previous = report.read_record(outdir, submission.id)
+        previous = report.read_saved_grade(outdir, submission.id)
         if previous is not None and still_stands(
             previous, submission, assignments, settings, digest
         ):

@@ -106,10 +106,10 @@ def write_reports(outdir: Path, grades: list[Grade], assignments: dict, confinem
 
 
 # ----------------------------------------------------------------------------------------------
-# One submission: its record and its feedback page
+# One submission: its saved grade and its feedback page
 
 
-def record_path(outdir: Path, submission_id: str) -> Path:
+def saved_grade_path(outdir: Path, submission_id: str) -> Path:
     """Where a submission's grade is kept, for ``--resume``."""
     return outdir / "records" / f"{safe_name(submission_id)}.json"
 
@@ -119,13 +119,13 @@ def feedback_path(outdir: Path, submission_id: str) -> Path:
     return outdir / "feedback" / f"{safe_name(submission_id)}.html"
 
 
-def read_record(outdir: Path, submission_id: str) -> Grade | None:
+def read_saved_grade(outdir: Path, submission_id: str) -> Grade | None:
     """The grade kept for a submission by an earlier run, if any.
 
     A record that cannot be read, or that is another submission's (an earlier version of the
     grader named files differently), is none.
     """
-    path = record_path(outdir, submission_id)
+    path = saved_grade_path(outdir, submission_id)
     try:
         grade = Grade.from_dict(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError, KeyError):
@@ -164,7 +164,7 @@ def feedback_html(grade: Grade) -> str:
 
 def save_grade(outdir: Path, grade: Grade) -> None:
     """A finished submission's record and feedback page."""
-    atomic_write(record_path(outdir, grade.submission), json.dumps(grade.to_dict()))
+    atomic_write(saved_grade_path(outdir, grade.submission), json.dumps(grade.to_dict()))
     atomic_write(feedback_path(outdir, grade.submission), feedback_html(grade))
 
 

@@ -126,9 +126,9 @@ class SubmissionFolders:
         return self.exchange / "observations"
 
     @property
-    def records(self) -> Path:
+    def cell_records(self) -> Path:
         """Where the nbval plugin writes its cell records (out of the kernel's reach)."""
-        return self.private / "grades.json"
+        return self.private / "cell-records.json"
 
     def make(self) -> None:
         """Create the folders (``workdir`` exists): the private one for the grader alone."""

@@ -37,14 +37,14 @@ def folders(tmp_path):
 
 
 def test_the_records_are_written_out_of_the_kernels_reach(folders):
-    records = folders.records
+    records = folders.cell_records
     assert records.is_relative_to(folders.private)
     assert not records.is_relative_to(folders.exchange) and not records.is_relative_to(folders.home)
     assert read_cell_records(records) is None
 
 
 def test_records_too_large_to_be_ours_are_not_read(folders):
-    records = folders.records
+    records = folders.cell_records
     with records.open("wb") as file:
         file.truncate(RECORDS_LIMIT + 1)  # sparse: no disk used
     assert read_cell_records(records) is None
@@ -52,8 +52,8 @@ def test_records_too_large_to_be_ours_are_not_read(folders):
 
 def test_cell_records_round_trip_and_anything_else_is_refused(folders):
     found = CellRecord(3, "abc", FORWARD, None, "failed", True, False, "Traceback", "/s", None)
-    write_cell_records(folders.records, [found])
-    assert read_cell_records(folders.records) == [found]
+    write_cell_records(folders.cell_records, [found])
+    assert read_cell_records(folders.cell_records) == [found]
     good = found.to_dict()
     for bad in (
         [],
@@ -66,12 +66,12 @@ def test_cell_records_round_trip_and_anything_else_is_refused(folders):
         {"cells": [{**good, "extra": 1}]},
         {"cells": [{k: v for k, v in good.items() if k != "report"}]},
     ):
-        folders.records.write_text(json.dumps(bad))
+        folders.cell_records.write_text(json.dumps(bad))
         with pytest.raises(CellRecordsRefused):
-            read_cell_records(folders.records)
-    folders.records.write_text("{ not json")
+            read_cell_records(folders.cell_records)
+    folders.cell_records.write_text("{ not json")
     with pytest.raises(CellRecordsRefused, match="not JSON"):
-        read_cell_records(folders.records)
+        read_cell_records(folders.cell_records)
 
 
 def test_nbval_runs_lax_in_the_graded_kernel_with_our_recorder(folders):
@@ -84,7 +84,7 @@ def test_nbval_runs_lax_in_the_graded_kernel_with_our_recorder(folders):
     assert "--nbval-cell-timeout=12.5" in arguments
     recorder = arguments.index("addnorm_lib.grading._nbval_grades")
     assert arguments[recorder - 1] == "-p"
-    assert f"--addnorm-grades={folders.records}" in arguments
+    assert f"--addnorm-cell-records={folders.cell_records}" in arguments
     assert f"--addnorm-exchange={folders.exchange}" in arguments
     assert f"--addnorm-home={folders.home}" in arguments
     assert "--addnorm-output-mb=3" in arguments

@@ -152,7 +152,7 @@ def test_names_that_clean_alike_keep_their_own_page_and_record(grade, folder):
     assert float(totals["a b.ipynb"]) > 0 and totals["a_b.ipynb"] == totals["a?b.ipynb"] == "0"
     assert len(list((first.out / "feedback").iterdir())) == 3
     for name, total in totals.items():
-        assert report.read_record(first.out, name).submission == name
+        assert report.read_saved_grade(first.out, name).submission == name
         page = report.feedback_path(first.out, name).read_text()
         assert f"total {total}/" in page or f"total {total} points" in page
     again = grade(folder, "--resume")  # every record found again: only the one not ok is regraded
@@ -286,7 +286,7 @@ def test_without_a_sandbox_a_class_is_not_graded_unless_the_instructor_says_so(
 def damage(out: Path, submission_id: str) -> None:
     """The record of a grade as a fault of the machine leaves it: ``error``, no points, with
     the same digests as before (the files did not change)."""
-    path = report.record_path(out, submission_id)
+    path = report.saved_grade_path(out, submission_id)
     record = json.loads(path.read_text())
     record |= {"status": "error", "reason": "OSError: [Errno 28] No space left on device"}
     path.write_text(json.dumps(record | {"cells": [], "total": 0}))

@@ -79,8 +79,8 @@ def test_a_saved_grade_is_read_back_for_resume(assignment, tmp_path):
     report.prepare_outdir(tmp_path)
     grade = full_marks(assignment, "class a/ada.ipynb")
     report.save_grade(tmp_path, grade)
-    assert report.read_record(tmp_path, "class a/ada.ipynb") == grade
-    assert report.read_record(tmp_path, "bo.ipynb") is None
+    assert report.read_saved_grade(tmp_path, "class a/ada.ipynb") == grade
+    assert report.read_saved_grade(tmp_path, "bo.ipynb") is None
     (page,) = (tmp_path / "feedback").iterdir()
     assert page == report.feedback_path(tmp_path, "class a/ada.ipynb")
     assert page.name.startswith("class_a__ada.ipynb~") and page.suffix == ".html"
@@ -205,8 +205,8 @@ def test_ids_that_clean_alike_keep_their_own_record_and_page(assignment, tmp_pat
     ada, bo = full_marks(assignment, "a b.ipynb"), Grade("a_b.ipynb", None, "malformed", "broken")
     report.save_grade(tmp_path, ada)
     report.save_grade(tmp_path, bo)
-    assert report.read_record(tmp_path, "a b.ipynb") == ada
-    assert report.read_record(tmp_path, "a_b.ipynb") == bo
+    assert report.read_saved_grade(tmp_path, "a b.ipynb") == ada
+    assert report.read_saved_grade(tmp_path, "a_b.ipynb") == bo
     pages = sorted((tmp_path / "feedback").iterdir())
     assert len(pages) == 2 and [p.name for p in pages] == sorted(
         report.feedback_path(tmp_path, g.submission).name for g in (ada, bo)
@@ -216,8 +216,8 @@ def test_ids_that_clean_alike_keep_their_own_record_and_page(assignment, tmp_pat
 def test_a_record_of_another_submission_is_not_taken_for_resume(assignment, tmp_path):
     report.prepare_outdir(tmp_path)
     report.save_grade(tmp_path, full_marks(assignment, "ada.ipynb"))
-    (tmp_path / "records" / "ada.ipynb.json").rename(report.record_path(tmp_path, "bo.ipynb"))
-    assert report.read_record(tmp_path, "bo.ipynb") is None
+    (tmp_path / "records" / "ada.ipynb.json").rename(report.saved_grade_path(tmp_path, "bo.ipynb"))
+    assert report.read_saved_grade(tmp_path, "bo.ipynb") is None
 
 
 def test_control_characters_never_reach_the_terminal(assignment, capsys, tmp_path):
@@ -262,4 +262,4 @@ def test_text_that_is_not_unicode_is_written_not_fatal(assignment, tmp_path):
     report.write_reports(tmp_path, [grade], {"layernorm": assignment}, SANDBOXED)
     assert "\\udcff" in report.feedback_path(tmp_path, "ada.ipynb").read_text()
     assert "\\udcff" in (tmp_path / "grades.csv").read_text()
-    assert report.read_record(tmp_path, "ada.ipynb").reason == "\udcff"
+    assert report.read_saved_grade(tmp_path, "ada.ipynb").reason == "\udcff"
