@@ -41,12 +41,19 @@ from distributed.diagnostics.plugin import WorkerPlugin
 from addnorm_lib.grading import cgroups, execute, judge, pipeline, report, sandbox
 from addnorm_lib.grading.discover import Submission
 from addnorm_lib.grading.judge import Grade
-from addnorm_lib.grading.settings import Settings
+from addnorm_lib.grading.settings import Settings, code_digest
 
 WORKER_COMMAND = "DASK_DISTRIBUTED__WORKER__DAEMON=False dask worker ADDRESS --nthreads N"
 CONNECT_SECONDS = 30  # to reach the scheduler
 ALLOWED_FAILURES = 3  # Dask's default allowed-failures: deaths of a submission's workers
 PLUGIN_NAME = "addnorm-grader"
+STALE = (
+    "it runs other grading code than this machine (the grader, the checks or the references "
+    "differ): install the same course on it and restart the worker"
+)
+# The grading code this process imported, as its digest: on a worker, what it grades with, even
+# when the files on its disk have changed since.
+IMPORTED_CODE = code_digest()
 # Settings that only the grader's machine reads (``--assignment`` is applied there too, when the
 # submissions are identified, but grading needs it on the worker).
 LOCAL_ONLY = ("out", "source", "resume", "dask_scheduler")
@@ -63,13 +70,15 @@ class WorkerUnfit(RuntimeError):
 @dataclass(frozen=True)
 class WorkerReport:
     """What a worker says before grading: its problem (None: it can grade), how its kernels are
-    confined (``Sandbox.describe()``), its submissions at once (threads) and its process id."""
+    confined (``Sandbox.describe()``), its submissions at once (threads), its process id, and
+    the digest of the grading code it imported (:data:`IMPORTED_CODE`)."""
 
     address: str
     problem: str | None
     confinement: dict
     threads: int
     pid: int
+    code: str = ""
 
 
 _boxes: dict[Settings, tuple[contextlib.ExitStack, sandbox.Sandbox]] = {}
@@ -138,7 +147,8 @@ def prepare_worker(settings: Settings, dask_worker: distributed.Worker) -> Worke
     local = worker_settings(settings, dask_worker)
     problem = worker_problem(local)
     confinement = {} if problem else worker_sandbox(local).describe()
-    return WorkerReport(dask_worker.address, problem, confinement, local.jobs, os.getpid())
+    address, pid = dask_worker.address, os.getpid()
+    return WorkerReport(address, problem, confinement, local.jobs, pid, IMPORTED_CODE)
 
 
 def grade_on_worker(submission: Submission, assignments: dict, settings: Settings) -> Grade:
@@ -166,6 +176,19 @@ class GraderPlugin(WorkerPlugin):
 
 # ----------------------------------------------------------------------------------------------
 # On the grader's machine
+
+
+def unfit_workers(reports: list[WorkerReport], code: str) -> list[tuple[str, str]]:
+    """(address, problem) of each worker that cannot grade as this machine would: its own
+    problem, or grading code other than this machine's ``code`` (a worker started before the
+    course was updated runs the code it imported then)."""
+    unfit = []
+    for found in reports:
+        if found.problem:
+            unfit.append((found.address, found.problem))
+        elif found.code != code:
+            unfit.append((found.address, STALE))
+    return unfit
 
 
 def lost_grade(submission: Submission, err: BaseException) -> Grade:
@@ -230,9 +253,10 @@ def grade_on_cluster(
                 f"the Dask scheduler at {address} has no workers: start some with {WORKER_COMMAND}"
             )
             return 2
-        unfit = [found for found in reports if found.problem]
+        unfit = unfit_workers(reports, code_digest())
         if unfit:
-            pipeline.fail(f"worker {unfit[0].address} cannot grade: {unfit[0].problem}")
+            address, problem = unfit[0]
+            pipeline.fail(f"worker {address} cannot grade: {problem}")
             return 2
         client.register_plugin(GraderPlugin(), name=PLUGIN_NAME)
         grades = {}

@@ -17,6 +17,7 @@ import nbformat
 import pytest
 
 from addnorm_lib.grading import assemble, bubblewrap, cluster, pipeline, sandbox
+from addnorm_lib.grading import settings as settings_module
 from addnorm_lib.grading.discover import Submission
 from addnorm_lib.grading.judge import Grade
 from addnorm_lib.grading.settings import Settings
@@ -259,3 +260,17 @@ def test_a_worker_keeps_its_sandbox_for_a_run_that_differs_only_on_the_grader_s_
     assert cluster.worker_settings(first, worker).jobs == 3
     limited = Settings(out=Path("a"), cell_timeout=5.0)
     assert cluster.worker_settings(limited, worker) != cluster.worker_settings(first, worker)
+
+
+def test_a_worker_with_other_grading_code_is_refused():
+    """A worker started before the course was updated grades with the code it imported then:
+    the run stops, naming it, rather than mix two graders' grades."""
+    fine = cluster.WorkerReport("tcp://a:1", None, {}, 1, 10, "digest-here")
+    stale = cluster.WorkerReport("tcp://b:1", None, {}, 1, 11, "digest-before")
+    broken = cluster.WorkerReport("tcp://c:1", "no bubblewrap", {}, 1, 12, "digest-here")
+    assert cluster.unfit_workers([fine], "digest-here") == []
+    assert cluster.unfit_workers([fine, stale, broken], "digest-here") == [
+        ("tcp://b:1", cluster.STALE),
+        ("tcp://c:1", "no bubblewrap"),
+    ]
+    assert settings_module.code_digest() == cluster.IMPORTED_CODE  # this process: the same
