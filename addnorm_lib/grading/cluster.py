@@ -22,9 +22,9 @@ worker that joins later and cannot grade refuses its submissions (status ``error
 reason) rather than grade them unconfined.
 
 A worker that dies mid-run (its machine lost, killed) loses nothing: the scheduler gives its
-submissions to another worker, which grades them again from the start. A submission whose worker
-died :data:`ALLOWED_FAILURES` times (Dask's ``allowed-failures``) gets the status ``error``
-and a reason that says so.
+submissions to another worker, which grades them again from the start. A submission whose
+workers died more than :data:`ALLOWED_FAILURES` times (Dask's ``allowed-failures``) gets the
+status ``error`` and a reason that says so.
 """
 
 import contextlib
@@ -195,8 +195,8 @@ def lost_grade(submission: Submission, err: BaseException) -> Grade:
     """The row of a submission the cluster gave up on (its workers kept dying, or the task
     failed in Dask itself)."""
     if isinstance(err, distributed.KilledWorker):
-        deaths = getattr(err, "allowed_failures", ALLOWED_FAILURES)
-        reason = f"its worker died {deaths} times while grading it: grade it again"
+        allowed = getattr(err, "allowed_failures", ALLOWED_FAILURES)
+        reason = f"its workers died more than {allowed} times while grading it: grade it again"
     else:
         reason = f"the cluster could not grade it: {type(err).__name__}: {err}"
     return Grade(submission.id, None, "error", reason[:300])

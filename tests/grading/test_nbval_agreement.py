@@ -4,10 +4,10 @@ The exercises are nbval tests: ``pytest --nbval-lax`` on a graded notebook passe
 code cell. The grader reaches its kernels through its executor (``execute.NbvalExecutor``: nbval
 with the grader's plugin, in the sandbox, on warm kernels), whose cell records the judge reads.
 On every solution, on one mutant of each assignment (wrong, though every cell runs: its checks
-record, and the judge finds the mistake) and on each untouched exercise (its stubs raise, so its
-test cells fail in the kernel), each cell the grader ran has the outcome plain nbval gives it; the
-only cells it did not run are hidden tails of test cells that failed (``_nbval_grades``: they
-could earn nothing).
+record, and the judge finds the mistake), on an untouched exercise (its stubs raise, so cells
+fail in the kernel) and on an answer that breaks the test cells themselves, each cell the grader
+ran has the outcome plain nbval gives it; the only cells it did not run are hidden tails of test
+cells that failed (``_nbval_grades``: they could earn nothing).
 """
 
 import os
@@ -31,11 +31,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nbval-agreement")]
 
 def cases() -> dict[str, tuple[str, nbformat.NotebookNode]]:
     """name -> (assignment, submission): every solution, the first mutant of each assignment,
-    and every untouched exercise."""
+    an untouched exercise, and an answer that breaks the checks."""
     found = {}
-    for solution, exercise in zip(SOLUTIONS, EXERCISES, strict=True):
+    for solution in SOLUTIONS:
         found[f"{solution.stem}-solution"] = (solution.stem, nbformat.read(solution, as_version=4))
-        found[f"{exercise.stem}-stubs"] = (exercise.stem, nbformat.read(exercise, as_version=4))
+    stubs = EXERCISES[0]  # one untouched exercise: its stubs fail cells in the kernel
+    found[f"{stubs.stem}-stubs"] = (stubs.stem, nbformat.read(stubs, as_version=4))
     for mutant in THROUGH_THE_GRADER:
         found[f"{mutant.assignment}-mutant"] = (mutant.assignment, mutated(mutant))
     # an answer that breaks the test cells themselves: they fail in the kernel, and the grader
@@ -139,5 +140,6 @@ def test_the_comparison_saw_failing_cells_not_only_passing_ones(outcomes):
 def test_every_assignment_is_compared_on_its_solution_and_a_mutant():
     names = sorted(cases())
     assignments = sorted(path.stem for path in SOLUTIONS)
-    expected = [f"{a}-{kind}" for a in assignments for kind in ("solution", "mutant", "stubs")]
-    assert names == sorted([*expected, f"{assignments[0]}-breaks-checks"])
+    expected = [f"{a}-{kind}" for a in assignments for kind in ("solution", "mutant")]
+    expected += [f"{assignments[0]}-stubs", f"{assignments[0]}-breaks-checks"]
+    assert names == sorted(expected)
