@@ -151,12 +151,18 @@ def prepare_worker(settings: Settings, dask_worker: distributed.Worker) -> Worke
     return WorkerReport(address, problem, confinement, local.jobs, pid, IMPORTED_CODE)
 
 
-def grade_on_worker(submission: Submission, assignments: dict, settings: Settings) -> Grade:
+def grade_on_worker(
+    submission: Submission, assignments: dict, settings: Settings, code: str
+) -> Grade:
     """The task each submission is: graded in this worker's sandbox (:func:`worker_sandbox`);
-    never raises (a worker that cannot grade gives the status ``error`` and why)."""
+    never raises. A worker that cannot grade, or whose grading code is not the grading
+    machine's ``code`` (one that joined after the run was checked), gives the status ``error``
+    and why."""
     worker = distributed.get_worker()
     local = worker_settings(settings, worker)
     try:
+        if code != IMPORTED_CODE:
+            raise WorkerUnfit(STALE)
         box = worker_sandbox(local)
     except WorkerUnfit as unfit:
         reason = f"worker {worker.address} cannot grade: {unfit}"
@@ -211,7 +217,9 @@ def graded_on_cluster(client, todo: list[Submission], assignments: dict, setting
     for number, submission in enumerate(todo):
         found = pipeline.read(submission, settings)
         key = f"addnorm-grade-{run}-{number}"
-        future = client.submit(grade_on_worker, found, shared, settings, key=key, pure=False)
+        future = client.submit(
+            grade_on_worker, found, shared, settings, code_digest(), key=key, pure=False
+        )
         futures[future] = found
     for future in distributed.as_completed(futures, loop=client.loop):
         try:

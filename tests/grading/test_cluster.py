@@ -274,3 +274,17 @@ def test_a_worker_with_other_grading_code_is_refused():
         ("tcp://c:1", "no bubblewrap"),
     ]
     assert settings_module.code_digest() == cluster.IMPORTED_CODE  # this process: the same
+
+
+def test_a_worker_that_joins_with_other_grading_code_refuses_its_submissions(monkeypatch):
+    """A worker that joined after the run was checked: its first submission gets an error row
+    that names it, and no sandbox is opened on it."""
+    worker = types.SimpleNamespace(address="tcp://late:1", state=types.SimpleNamespace(nthreads=1))
+    monkeypatch.setattr(distributed, "get_worker", lambda: worker)
+    opened = []
+    monkeypatch.setattr(cluster, "worker_sandbox", lambda settings: opened.append(settings))
+    submission = Submission("ada/layernorm.ipynb", Path("ada/layernorm.ipynb"), raw=b"{}")
+    grade = cluster.grade_on_worker(submission, {}, Settings(), "the grading machine's code")
+    assert grade.status == "error" and grade.submission == "ada/layernorm.ipynb"
+    assert grade.reason.startswith("worker tcp://late:1 cannot grade: it runs other grading code")
+    assert opened == []
