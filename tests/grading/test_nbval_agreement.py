@@ -49,7 +49,7 @@ def cases() -> dict[str, tuple[str, nbformat.NotebookNode]]:
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory) -> dict[str, nbformat.NotebookNode]:
+def graded_notebooks(tmp_path_factory) -> dict[str, nbformat.NotebookNode]:
     """name -> the graded notebook the grader builds for that submission, also written out."""
     folder = tmp_path_factory.mktemp("graded")
     notebooks = {}
@@ -80,10 +80,10 @@ def nbval_outcomes(folder: Path, observations: Path) -> dict[str, list[str]]:
 
 
 @pytest.fixture(scope="module")
-def outcomes(graded, tmp_path_factory):
+def outcomes(graded_notebooks, tmp_path_factory):
     """(nbval's outcomes, the grader's records) of every graded notebook, run side by side."""
     folder = tmp_path_factory.mktemp("nbval")
-    for name, notebook in graded.items():
+    for name, notebook in graded_notebooks.items():
         nbformat.write(notebook, folder / f"{name}.ipynb")
     observations = tmp_path_factory.mktemp("observations")
     settings = Settings(jobs=2, no_sandbox=sandbox.sandbox_problem(Settings()) is not None)
@@ -98,12 +98,14 @@ def outcomes(graded, tmp_path_factory):
                 with executor.execute(notebook) as run:
                     return run.records
 
-            ours = dict(zip(graded, pool.map(records, graded.values()), strict=True))
+            ours = dict(
+                zip(graded_notebooks, pool.map(records, graded_notebooks.values()), strict=True)
+            )
         return plain.result(), ours
 
 
 @pytest.mark.parametrize("name", sorted(cases()))
-def test_each_cell_the_grader_runs_has_nbval_s_outcome(outcomes, graded, name):
+def test_each_cell_the_grader_runs_has_nbval_s_outcome(outcomes, name):
     plain, ours = outcomes
     records = ours[name]
     assert records is not None and len(records) == len(plain[name]), (records, plain[name])
